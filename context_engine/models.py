@@ -1,0 +1,109 @@
+"""Result types the engine returns (and the routes serialise)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+DocumentStatus = Literal["completed", "failed", "embedding", "processing"]
+FailureReason = Literal[
+    "input_too_large",
+    "provider_rejected",
+    "provider_unavailable",
+    "extraction_failed",
+    "chunk_set_changed",
+    "unknown",
+]
+
+#: one fixed sentence per failure code, never interpolated with provider text
+FAILURE_MESSAGES: dict[str, str] = {
+    "input_too_large": "A part of the document is larger than the embedding model accepts in one input.",
+    "provider_rejected": "The embedding provider rejected the request.",
+    "provider_unavailable": "The embedding provider could not be reached or kept failing.",
+    "extraction_failed": "The file could not be read as a supported document format.",
+    "chunk_set_changed": "The document changed while it was being embedded.",
+    "unknown": "The document could not be processed.",
+}
+
+
+class Hit(BaseModel):
+    """One ranked passage."""
+
+    document_id: str
+    document_name: str
+    chunk_text: str
+    score: float
+    source_id: str
+    chunk_idx: int | None
+    chunk_id: int
+    section: str | None = None
+    page: int | None = None
+    #: legs that found this passage (``fts``, ``trigram``, ``vector``)
+    matched_by: list[str] = Field(default_factory=list)
+    #: cosine similarity to the query when the vector leg scored it
+    similarity: float | None = None
+
+
+class SearchResult(BaseModel):
+    hits: list[Hit]
+    usage: dict[str, Any]
+
+
+class DocumentReport(BaseModel):
+    """What happened to one document of an ingest call."""
+
+    document_id: str | None
+    name: str
+    source_id: str
+    status: Literal["completed", "failed", "skipped", "embedding"]
+    version: int | None = None
+    revision: int | None = None
+    chunks: int = 0
+    skip_reason: str | None = None
+    failure_reason: FailureReason | None = None
+    failure_message: str | None = None
+    #: raw error text for operators only; routers drop it for non-trusted callers
+    error: str | None = None
+    mime: str | None = None
+    pages: int | None = None
+    pages_source: str | None = None
+
+
+class IngestReport(BaseModel):
+    documents: list[DocumentReport]
+    totals: dict[str, int]
+
+
+class Document(BaseModel):
+    id: str
+    name: str
+    source_id: str
+    mime: str
+    acl: list[str]
+    attributes: dict[str, Any]
+    status: str
+    failure_reason: str | None = None
+    failure_message: str | None = None
+    error: str | None = None
+    version: int
+    revision: int
+    chunk_count: int
+    meta: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    text: str | None = None
+
+
+class DocumentPage(BaseModel):
+    documents: list[Document]
+    next_cursor: str | None = None
+
+
+class Stats(BaseModel):
+    documents: int
+    chunks: int
+    by_status: dict[str, int]
+    sources: dict[str, int]
+    revision: int

@@ -1,0 +1,1 @@
+"""Search: query shape, the legs, fusion."""

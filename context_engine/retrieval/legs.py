@@ -1,0 +1,130 @@
+"""The search legs. Each returns ``[(chunk_id, leg_score)]`` best first, under the shared
+visibility predicate, with the query text bound as a parameter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from context_engine.retrieval import lexical
+from context_engine.storage.predicates import visibility
+
+
+@dataclass
+class Scope:
+    """Who asks and what they narrowed to; turned into the shared SQL predicate."""
+
+    principals: tuple[str, ...] | None
+    source_ids: Sequence[str] | None = None
+    document_ids: Sequence[str] | None = None
+
+    def predicate(self, alias: str, params: dict[str, Any]) -> str:
+        return visibility(
+            alias,
+            params,
+            principals=self.principals,
+            source_ids=self.source_ids,
+            document_ids=self.document_ids,
+        )
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+
+
+async def fts_leg(
+    db: AsyncEngine,
+    query: str,
+    scope: Scope,
+    *,
+    limit: int,
+    config: str,
+    match: str,
+    rank: str,
+    normalization: int,
+) -> list[tuple[int, float]]:
+    params: dict[str, Any] = {"lx_cfg": config, "limit": limit, "norm": normalization}
+    tsq = lexical.tsquery_sql(query, match=match, params=params)
+    if tsq is None:
+        return []
+    rank_fn = "ts_rank_cd" if rank == "ts_rank_cd" else "ts_rank"
+    sql = (
+        f"SELECT c.id, {rank_fn}(c.tsv, q.q, :norm) AS r "
+        f"FROM ce_chunks c, (SELECT {tsq} AS q) q "
+        f"WHERE c.valid_to IS NULL AND c.tsv @@ q.q AND {scope.predicate('c', params)} "
+        "ORDER BY r DESC, c.id LIMIT :limit"
+    )
+    async with db.connect() as conn:
+        rows = (await conn.execute(text(sql), params)).all()
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+async def trigram_leg(
+    db: AsyncEngine, query: str, scope: Scope, *, limit: int, threshold: float
+) -> list[tuple[int, float]]:
+    params: dict[str, Any] = {"q": query, "limit": limit, "t": str(threshold)}
+    sql = (
+        "SELECT c.id, word_similarity(:q, c.text) AS s FROM ce_chunks c "
+        f"WHERE c.valid_to IS NULL AND :q <% c.text AND {scope.predicate('c', params)} "
+        "ORDER BY s DESC, c.id LIMIT :limit"
+    )
+    async with db.begin() as conn:
+        await conn.execute(text("SELECT set_config('pg_trgm.word_similarity_threshold', :t, true)"), params)
+        rows = (await conn.execute(text(sql), params)).all()
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+@dataclass
+class VectorPlan:
+    plan: str  # "exact" | "ann"
+    eligible: int | None
+
+
+async def plan_vector(db: AsyncEngine, scope: Scope, *, threshold: int) -> VectorPlan:
+    """Exact scan of the eligible rows when few, the HNSW index when many.
+
+    An approximate index under a WHERE clause is a post-filter; below the threshold an exact
+    scan is both correct and cheap, so the caller always gets the true top rows of their slice.
+    """
+    if scope.principals is None and scope.source_ids is None and scope.document_ids is None:
+        return VectorPlan("ann", None)
+    params: dict[str, Any] = {"cap": threshold + 1}
+    sql = (
+        "SELECT count(*) FROM (SELECT 1 FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
+        f"AND {scope.predicate('c', params)} LIMIT :cap) s"
+    )
+    async with db.connect() as conn:
+        eligible = int(await conn.scalar(text(sql), params) or 0)
+    return VectorPlan("exact" if eligible <= threshold else "ann", eligible)
+
+
+async def vector_leg(
+    db: AsyncEngine, query_vector: Sequence[float], scope: Scope, *, limit: int, plan: VectorPlan
+) -> list[tuple[int, float]]:
+    """Cosine similarity; ``exact`` orders by an expression the index cannot serve."""
+    params: dict[str, Any] = {"qv": vector_literal(query_vector), "limit": limit}
+    order = (
+        "(c.embedding <=> CAST(:qv AS vector)) + 0" if plan.plan == "exact" else "c.embedding <=> CAST(:qv AS vector)"
+    )
+    sql = (
+        "SELECT c.id, 1 - (c.embedding <=> CAST(:qv AS vector)) AS sim FROM ce_chunks c "
+        f"WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL AND {scope.predicate('c', params)} "
+        f"ORDER BY {order} LIMIT :limit"
+    )
+    async with db.begin() as conn:
+        if plan.plan == "ann":
+            await conn.execute(
+                text(
+                    "SELECT set_config('hnsw.ef_search', :ef, true), "
+                    "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+                ),
+                {"ef": str(min(1000, max(40, limit * 2)))},
+            )
+        rows = (await conn.execute(text(sql), params)).all()
+    pairs = [(int(r[0]), float(r[1])) for r in rows]
+    pairs.sort(key=lambda p: (-p[1], p[0]))  # relaxed order may return near-sorted rows
+    return pairs

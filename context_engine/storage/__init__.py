@@ -1,0 +1,1 @@
+"""PostgreSQL access: the connection pool, the embedded default server and migrations."""

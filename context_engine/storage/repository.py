@@ -1,0 +1,399 @@
+"""Every SQL read and write of documents and chunks (search legs live in retrieval.legs)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from context_engine.retrieval.legs import Scope, vector_literal
+
+_DOC_COLUMNS = (
+    "id, name, source_id, mime, acl, attributes, status, failure_reason, error, version, "
+    "updated_revision, chunk_count, meta, created_at, updated_at"
+)
+
+
+@dataclass
+class ChunkRow:
+    position: int
+    text: str
+    text_hash: str
+    section: str | None
+    page: int | None
+    kind: str
+    meta: dict[str, Any]
+    #: a freshly computed vector, or None to copy the stored one for the same text hash
+    embedding: Sequence[float] | None
+
+
+async def next_revision(conn: AsyncConnection) -> int:
+    """Advance the store's one counter (row-locked until this transaction ends)."""
+    return int(
+        await conn.scalar(text("UPDATE ce_store_revision SET revision = revision + 1 WHERE id = 1 RETURNING revision"))
+    )
+
+
+async def current_revision(db: AsyncEngine) -> int:
+    async with db.connect() as conn:
+        return int(await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1")) or 0)
+
+
+async def try_identity_lock(conn: AsyncConnection, source_id: str, name: str) -> bool:
+    """Transaction-scoped lock on a document identity; False when another run holds it."""
+    return bool(
+        await conn.scalar(
+            text("SELECT pg_try_advisory_xact_lock(hashtextextended(:k, 7))"), {"k": f"{len(source_id)}:{source_id}/{name}"}
+        )
+    )
+
+
+async def find_by_identity(conn: AsyncConnection, source_id: str, name: str) -> dict[str, Any] | None:
+    row = (
+        (
+            await conn.execute(
+                text("SELECT id, content_hash, status, version FROM ce_documents WHERE source_id = :s AND name = :n"),
+                {"s": source_id, "n": name},
+            )
+        )
+        .mappings()
+        .first()
+    )
+    return dict(row) if row else None
+
+
+async def reusable_hashes(conn: AsyncConnection, document_id: str, embedding_key: str) -> set[str]:
+    """Text hashes of the current version whose stored vector was made by the same model."""
+    rows = await conn.execute(
+        text(
+            "SELECT DISTINCT text_hash FROM ce_chunks WHERE document_id = CAST(:d AS uuid) "
+            "AND valid_to IS NULL AND embedding IS NOT NULL AND embedding_key = :k"
+        ),
+        {"d": document_id, "k": embedding_key},
+    )
+    return set(rows.scalars())
+
+
+async def write_document(
+    conn: AsyncConnection,
+    *,
+    existing_id: str | None,
+    source_id: str,
+    name: str,
+    mime: str,
+    body: str,
+    acl: Sequence[str],
+    attributes: dict[str, Any],
+    content_hash: str,
+    meta: dict[str, Any],
+    chunks: Sequence[ChunkRow],
+    embedding_key: str,
+    text_search_config: str,
+) -> tuple[str, int, int]:
+    """Write a new version (closing the previous one) in the caller's transaction.
+
+    Returns ``(document_id, version, revision)``. Unchanged chunks get the previous version's
+    vector copied inside the database, never read into the process.
+    """
+    revision = await next_revision(conn)
+    params: dict[str, Any] = {
+        "s": source_id,
+        "n": name,
+        "m": mime,
+        "t": body,
+        "acl": list(acl),
+        "attr": json.dumps(attributes),
+        "h": content_hash,
+        "meta": json.dumps(meta),
+        "r": revision,
+        "cc": len(chunks),
+    }
+    if existing_id is None:
+        doc_id = str(uuid.uuid4())
+        params["id"] = doc_id
+        version = 1
+        await conn.execute(
+            text(
+                "INSERT INTO ce_documents (id, source_id, name, mime, text, acl, attributes, status, "
+                "content_hash, meta, version, chunk_count, created_revision, updated_revision) VALUES "
+                "(CAST(:id AS uuid), :s, :n, :m, :t, CAST(:acl AS text[]), CAST(:attr AS jsonb), 'completed', "
+                ":h, CAST(:meta AS jsonb), 1, :cc, :r, :r)"
+            ),
+            params,
+        )
+    else:
+        doc_id = existing_id
+        params["id"] = doc_id
+        version = int(
+            await conn.scalar(
+                text(
+                    "UPDATE ce_documents SET mime = :m, text = :t, acl = CAST(:acl AS text[]), "
+                    "attributes = CAST(:attr AS jsonb), status = 'completed', failure_reason = NULL, error = NULL, "
+                    "content_hash = :h, meta = CAST(:meta AS jsonb), version = version + 1, chunk_count = :cc, "
+                    "updated_revision = :r, updated_at = now() WHERE id = CAST(:id AS uuid) RETURNING version"
+                ),
+                params,
+            )
+        )
+    await conn.execute(
+        text(
+            "UPDATE ce_document_versions SET valid_to = :r WHERE document_id = CAST(:id AS uuid) AND valid_to IS NULL"
+        ),
+        params,
+    )
+    await conn.execute(
+        text(
+            "INSERT INTO ce_document_versions (document_id, version, source_id, name, content_hash, valid_from) "
+            "VALUES (CAST(:id AS uuid), :v, :s, :n, :h, :r)"
+        ),
+        {**params, "v": version},
+    )
+    if chunks:
+        await conn.execute(
+            text(
+                "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, section, "
+                "page, kind, tsv, embedding, embedding_key, meta, valid_from) VALUES ("
+                "CAST(:id AS uuid), :v, :pos, :s, CAST(:acl AS text[]), :ct, :th, :sec, :pg, :kind, "
+                "to_tsvector(CAST(:cfg AS regconfig), unaccent(:ct)), "
+                "COALESCE(CAST(:emb AS vector), (SELECT o.embedding FROM ce_chunks o WHERE o.document_id = "
+                "CAST(:id AS uuid) AND o.valid_to IS NULL AND o.text_hash = :th AND o.embedding_key = :ek "
+                "AND o.embedding IS NOT NULL LIMIT 1)), :ek, CAST(:cmeta AS jsonb), :r)"
+            ),
+            [
+                {
+                    "id": doc_id,
+                    "v": version,
+                    "pos": c.position,
+                    "s": source_id,
+                    "acl": list(acl),
+                    "ct": c.text,
+                    "th": c.text_hash,
+                    "sec": c.section,
+                    "pg": c.page,
+                    "kind": c.kind,
+                    "cfg": text_search_config,
+                    "emb": vector_literal(c.embedding) if c.embedding is not None else None,
+                    "ek": embedding_key,
+                    "cmeta": json.dumps(c.meta),
+                    "r": revision,
+                }
+                for c in chunks
+            ],
+        )
+    # close the previous version's chunks only now: the copies above read from them
+    await conn.execute(
+        text(
+            "UPDATE ce_chunks SET valid_to = :r WHERE document_id = CAST(:id AS uuid) "
+            "AND valid_to IS NULL AND version < :v"
+        ),
+        {"r": revision, "id": doc_id, "v": version},
+    )
+    return doc_id, version, revision
+
+
+async def write_failed(
+    conn: AsyncConnection,
+    *,
+    existing_id: str | None,
+    source_id: str,
+    name: str,
+    mime: str,
+    acl: Sequence[str],
+    attributes: dict[str, Any],
+    failure_reason: str,
+    error: str,
+) -> tuple[str, int]:
+    """Record a document that could not be processed (its earlier good version, if any, stays)."""
+    revision = await next_revision(conn)
+    if existing_id is not None:
+        await conn.execute(
+            text(
+                "UPDATE ce_documents SET status = 'failed', failure_reason = :fr, error = :e, "
+                "updated_revision = :r, updated_at = now() WHERE id = CAST(:id AS uuid)"
+            ),
+            {"fr": failure_reason, "e": error, "r": revision, "id": existing_id},
+        )
+        return existing_id, revision
+    doc_id = str(uuid.uuid4())
+    await conn.execute(
+        text(
+            "INSERT INTO ce_documents (id, source_id, name, mime, acl, attributes, status, failure_reason, error, "
+            "created_revision, updated_revision) VALUES (CAST(:id AS uuid), :s, :n, :m, CAST(:acl AS text[]), "
+            "CAST(:attr AS jsonb), 'failed', :fr, :e, :r, :r)"
+        ),
+        {
+            "id": doc_id,
+            "s": source_id,
+            "n": name,
+            "m": mime,
+            "acl": list(acl),
+            "attr": json.dumps(attributes),
+            "fr": failure_reason,
+            "e": error,
+            "r": revision,
+        },
+    )
+    return doc_id, revision
+
+
+def _doc_scope(scope: Scope, params: dict[str, Any]) -> str:
+    from context_engine.storage.predicates import visibility
+
+    return visibility(
+        "d",
+        params,
+        principals=scope.principals,
+        source_ids=scope.source_ids,
+        document_ids=scope.document_ids,
+        document_column="id",
+    )
+
+
+async def get_document(db: AsyncEngine, document_id: str, scope: Scope, *, with_text: bool) -> dict[str, Any] | None:
+    params: dict[str, Any] = {"id": document_id}
+    cols = _DOC_COLUMNS + (", text" if with_text else "")
+    sql = f"SELECT {cols} FROM ce_documents d WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)}"
+    async with db.connect() as conn:
+        row = (await conn.execute(text(sql), params)).mappings().first()
+    return dict(row) if row else None
+
+
+async def list_documents(
+    db: AsyncEngine, scope: Scope, *, limit: int, after: tuple[str, str] | None
+) -> list[dict[str, Any]]:
+    params: dict[str, Any] = {"limit": limit}
+    where = _doc_scope(scope, params)
+    if after is not None:
+        params["ac"], params["ai"] = after
+        where += " AND (d.created_at, d.id) > (CAST(:ac AS timestamptz), CAST(:ai AS uuid))"
+    sql = f"SELECT {_DOC_COLUMNS} FROM ce_documents d WHERE {where} ORDER BY d.created_at, d.id LIMIT :limit"
+    async with db.connect() as conn:
+        return [dict(r) for r in (await conn.execute(text(sql), params)).mappings()]
+
+
+async def update_document(
+    db: AsyncEngine,
+    document_id: str,
+    scope: Scope,
+    *,
+    acl: Sequence[str] | None,
+    attributes: dict[str, Any] | None,
+    name: str | None,
+) -> int | None:
+    """Apply metadata changes under the caller's visibility; ``None`` when not visible."""
+    async with db.begin() as conn:
+        params: dict[str, Any] = {"id": document_id}
+        visible = await conn.scalar(
+            text(
+                f"SELECT d.id FROM ce_documents d WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)} "
+                "FOR UPDATE"
+            ),
+            params,
+        )
+        if visible is None:
+            return None
+        revision = await next_revision(conn)
+        sets = ["updated_revision = :r", "updated_at = now()"]
+        values: dict[str, Any] = {"id": document_id, "r": revision}
+        if acl is not None:
+            sets.append("acl = CAST(:acl AS text[])")
+            values["acl"] = list(acl)
+            # every version keeps the document's current ACL, so no older version leaks
+            await conn.execute(
+                text("UPDATE ce_chunks SET acl = CAST(:acl AS text[]) WHERE document_id = CAST(:id AS uuid)"), values
+            )
+        if attributes is not None:
+            sets.append("attributes = CAST(:attr AS jsonb)")
+            values["attr"] = json.dumps(attributes)
+        if name is not None:
+            sets.append("name = :n")
+            values["n"] = name
+            await conn.execute(
+                text(
+                    "UPDATE ce_document_versions SET name = :n WHERE document_id = CAST(:id AS uuid) "
+                    "AND valid_to IS NULL"
+                ),
+                values,
+            )
+        await conn.execute(text(f"UPDATE ce_documents SET {', '.join(sets)} WHERE id = CAST(:id AS uuid)"), values)
+        return revision
+
+
+async def delete_document(db: AsyncEngine, document_id: str, scope: Scope) -> int | None:
+    """Remove from the next revision on; earlier revisions keep their versions and chunks."""
+    async with db.begin() as conn:
+        params: dict[str, Any] = {"id": document_id}
+        visible = await conn.scalar(
+            text(
+                f"SELECT d.id FROM ce_documents d WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)} "
+                "FOR UPDATE"
+            ),
+            params,
+        )
+        if visible is None:
+            return None
+        revision = await next_revision(conn)
+        values = {"id": document_id, "r": revision}
+        await conn.execute(
+            text("UPDATE ce_chunks SET valid_to = :r WHERE document_id = CAST(:id AS uuid) AND valid_to IS NULL"),
+            values,
+        )
+        await conn.execute(
+            text(
+                "UPDATE ce_document_versions SET valid_to = :r WHERE document_id = CAST(:id AS uuid) "
+                "AND valid_to IS NULL"
+            ),
+            values,
+        )
+        await conn.execute(text("DELETE FROM ce_documents WHERE id = CAST(:id AS uuid)"), values)
+        return revision
+
+
+async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: Scope) -> dict[int, dict[str, Any]]:
+    """Load the fused winners (the predicate is applied again: cheap, and never trusts ids)."""
+    if not ids:
+        return {}
+    params: dict[str, Any] = {"ids": list(ids)}
+    sql = (
+        "SELECT c.id, c.document_id, d.name AS document_name, c.text, c.source_id, c.position, c.section, "
+        "c.page, c.kind FROM ce_chunks c JOIN ce_documents d ON d.id = c.document_id "
+        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND c.valid_to IS NULL AND {scope.predicate('c', params)}"
+    )
+    async with db.connect() as conn:
+        return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
+
+
+async def stats(db: AsyncEngine, scope: Scope) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    where = _doc_scope(scope, params)
+    async with db.connect() as conn:
+        by_status = {
+            r[0]: int(r[1])
+            for r in await conn.execute(
+                text(f"SELECT status, count(*) FROM ce_documents d WHERE {where} GROUP BY 1"), params
+            )
+        }
+        sources = {
+            r[0]: int(r[1])
+            for r in await conn.execute(
+                text(f"SELECT source_id, count(*) FROM ce_documents d WHERE {where} GROUP BY 1 ORDER BY 1"), params
+            )
+        }
+        chunk_params: dict[str, Any] = {}
+        chunks = await conn.scalar(
+            text(f"SELECT count(*) FROM ce_chunks c WHERE c.valid_to IS NULL AND {scope.predicate('c', chunk_params)}"),
+            chunk_params,
+        )
+        revision = await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1"))
+    return {
+        "documents": sum(by_status.values()),
+        "chunks": int(chunks or 0),
+        "by_status": by_status,
+        "sources": sources,
+        "revision": int(revision or 0),
+    }

@@ -1,0 +1,91 @@
+"""The OpenAPI 3.1 document, generated from the route table and the pydantic models.
+
+``openapi/openapi.json`` is this output checked in; a test fails when the two drift.
+Regenerate with ``python -m routing_core.openapi > openapi/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from routing_core.router import ROUTES
+from routing_core.schemas import ErrorBody
+
+_ERRORS = {
+    "400": "Invalid request (empty query, bound out of range, bad JSON or a wrong field type)",
+    "401": "Missing or invalid credentials",
+    "403": "The caller may not file a document under that ACL",
+    "404": "Not found, or not visible to the caller (the two are indistinguishable)",
+    "413": "Body or file over the configured size",
+    "500": "Server error (including a principals resolver that returned None)",
+}
+
+
+def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+
+    def ref(model: type[BaseModel]) -> dict[str, str]:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode="serialization")
+        for name, sub in schema.pop("$defs", {}).items():
+            schemas[name] = sub
+        schemas[model.__name__] = schema
+        return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+    error_ref = ref(ErrorBody)
+    paths: dict[str, Any] = {}
+    for route in ROUTES:
+        op: dict[str, Any] = {"summary": route.summary, "operationId": route.handler}
+        params = [
+            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+            for n in route.pattern.groupindex
+        ]
+        params += [
+            {"name": n, "in": "query", "required": False, "description": d, "schema": {"type": t}}
+            for n, t, d in route.query_params
+        ]
+        if params:
+            op["parameters"] = params
+        if route.request_model is not None:
+            content: dict[str, Any] = {"application/json": {"schema": ref(route.request_model)}}
+            if route.multipart:
+                content["multipart/form-data"] = {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file"],
+                        "properties": {
+                            "file": {"type": "string", "format": "binary"},
+                            "name": {"type": "string"},
+                            "source_id": {"type": "string"},
+                            "acl": {"type": "string", "description": "JSON list or comma-separated principals"},
+                            "attributes": {"type": "string", "description": "JSON object"},
+                        },
+                    }
+                }
+            op["requestBody"] = {"required": True, "content": content}
+        responses: dict[str, Any] = {}
+        if route.response_model is not None:
+            responses[str(route.success_status)] = {
+                "description": "Success",
+                "content": {"application/json": {"schema": ref(route.response_model)}},
+            }
+        for status, description in _ERRORS.items():
+            responses[status] = {"description": description, "content": {"application/json": {"schema": error_ref}}}
+        op["responses"] = responses
+        paths.setdefault(route.path, {})[route.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version},
+        "paths": paths,
+        "components": {"schemas": dict(sorted(schemas.items()))},
+    }
+
+
+def render() -> str:
+    return json.dumps(build_openapi(), indent=2, sort_keys=False) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")

@@ -1,0 +1,55 @@
+"""Shared fixtures: one real embedded PostgreSQL per test session, a fresh database per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from context_engine import ContextEngine, ContextEngineConfig
+from context_engine.storage import embedded
+
+
+@pytest.fixture(scope="session")
+def pg_base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The embedded server's URL (database ``postgres``), started once for the session."""
+    pgdata, url = embedded.acquire(Path(tmp_path_factory.mktemp("pg")))
+    try:
+        yield url
+    finally:
+        embedded.release(pgdata)
+
+
+def _with_database(base_url: str, name: str) -> str:
+    head, _, query = base_url.partition("?")
+    root = head.rsplit("/", 1)[0]
+    return f"{root}/{name}" + (f"?{query}" if query else "")
+
+
+@pytest.fixture
+def database_url(pg_base_url: str) -> Iterator[str]:
+    """A new, empty database for one test (dropped afterwards)."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_base_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_database(pg_base_url, name)
+    finally:
+        with psycopg.connect(pg_base_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def make_config(database_url: str, **overrides: object) -> ContextEngineConfig:
+    data: dict[str, object] = {"database_url": database_url, "storage": {"auto_migrate": True}}
+    data.update(overrides)
+    return ContextEngineConfig(**data)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[ContextEngine]:
+    """An engine on a fresh database with the default local embedding model."""
+    async with ContextEngine(make_config(database_url)) as eng:
+        yield eng
