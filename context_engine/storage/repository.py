@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from context_engine.retrieval import bm25
 from context_engine.retrieval.legs import Scope, vector_literal
 
 _DOC_COLUMNS = (
@@ -48,7 +49,8 @@ async def try_identity_lock(conn: AsyncConnection, source_id: str, name: str) ->
     """Transaction-scoped lock on a document identity; False when another run holds it."""
     return bool(
         await conn.scalar(
-            text("SELECT pg_try_advisory_xact_lock(hashtextextended(:k, 7))"), {"k": f"{len(source_id)}:{source_id}/{name}"}
+            text("SELECT pg_try_advisory_xact_lock(hashtextextended(:k, 7))"),
+            {"k": f"{len(source_id)}:{source_id}/{name}"},
         )
     )
 
@@ -185,6 +187,7 @@ async def write_document(
                 for c in chunks
             ],
         )
+    await bm25.replace_version(conn, doc_id, version)
     # close the previous version's chunks only now: the copies above read from them
     await conn.execute(
         text(
@@ -303,10 +306,12 @@ async def update_document(
         if acl is not None:
             sets.append("acl = CAST(:acl AS text[])")
             values["acl"] = list(acl)
+            await bm25.retract(conn, document_id)
             # every version keeps the document's current ACL, so no older version leaks
             await conn.execute(
                 text("UPDATE ce_chunks SET acl = CAST(:acl AS text[]) WHERE document_id = CAST(:id AS uuid)"), values
             )
+            await bm25.admit(conn, document_id)
         if attributes is not None:
             sets.append("attributes = CAST(:attr AS jsonb)")
             values["attr"] = json.dumps(attributes)
@@ -339,6 +344,7 @@ async def delete_document(db: AsyncEngine, document_id: str, scope: Scope) -> in
             return None
         revision = await next_revision(conn)
         values = {"id": document_id, "r": revision}
+        await bm25.retract(conn, document_id)
         await conn.execute(
             text("UPDATE ce_chunks SET valid_to = :r WHERE document_id = CAST(:id AS uuid) AND valid_to IS NULL"),
             values,

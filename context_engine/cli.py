@@ -1,0 +1,224 @@
+"""``context-engine``: serve, migrate and ingest from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from context_engine.config import ContextEngineConfig
+
+DESCRIPTION = """\
+Permission-aware hybrid retrieval on PostgreSQL.
+
+With no --database-url (and no CE_DATABASE_URL) every command uses the embedded PostgreSQL
+server in your user data directory and the local embedding model: no keys, no setup.
+"""
+
+
+def _config(database_url: str | None) -> ContextEngineConfig:
+    config = ContextEngineConfig()
+    if database_url:
+        config.database_url = database_url  # type: ignore[assignment]
+    return config
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="context-engine", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="serve the REST routes with uvicorn (FastAPI)")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
+    serve.add_argument(
+        "--trusted",
+        action="store_true",
+        help="treat every caller as TRUSTED (skips ACLs; for local experiments only)",
+    )
+
+    mig = sub.add_parser("migrate", help="create or update the schema (idempotent, safe to re-run)")
+    mig.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
+    mig.add_argument("--dim", type=int, help="embedding width, locked on first run (default: the model's)")
+    mig.add_argument(
+        "--text-search-config",
+        choices=["english", "simple"],
+        default=None,
+        help="full-text configuration, locked on first run (default: search.text_search_config)",
+    )
+
+    ing = sub.add_parser("ingest", help="ingest files and folders")
+    ing.add_argument("paths", nargs="+", type=Path, help="files or folders (folders are walked)")
+    ing.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
+    ing.add_argument("--source-id", default="default", help="the source (namespace) to file under")
+    ing.add_argument("--acl", default="", help="comma-separated principals; empty = visible to everyone")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "migrate":
+            return asyncio.run(_migrate(args))
+        if args.command == "ingest":
+            return asyncio.run(_ingest(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from context_engine.errors import ContextEngineError
+
+        if isinstance(exc, ContextEngineError | ValueError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise
+    parser.print_help()
+    return 2
+
+
+# ---------------------------------------------------------------------- serve
+def build_app(config: ContextEngineConfig, *, trusted: bool = False) -> Any:
+    """The FastAPI app ``serve`` runs: the routes at the root, one engine for the process."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI
+
+    from adapters.fastapi import create_router
+    from context_engine.engine import ContextEngine
+    from context_engine.principals import TRUSTED
+
+    engine = ContextEngine(config)
+
+    def allow_all(request: Any) -> bool:
+        return True  # the dev server has no authentication: bind it to localhost
+
+    def header_principals(request: Any) -> Any:
+        if trusted:
+            return TRUSTED
+        raw = request.headers.get("x-principals", "")
+        return [p.strip() for p in raw.split(",") if p.strip()]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
+        yield
+        await engine.aclose()
+
+    app = FastAPI(title="context-engine", lifespan=lifespan)
+    app.include_router(create_router(engine, auth=allow_all, principals=header_principals))
+    app.state.engine = engine
+    return app
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ImportError:
+        print('error: serving needs the fastapi extra: pip install "pg-context-engine[fastapi]"', file=sys.stderr)
+        return 1
+    config = _config(args.database_url)
+    app = build_app(config, trusted=args.trusted)
+    where = "the embedded PostgreSQL server" if config.database_url is None else "the configured database"
+    if args.trusted:
+        who = "every caller is TRUSTED (no ACL filtering). Drop --trusted to filter by the X-Principals header."
+    else:
+        who = (
+            "principals come from the X-Principals request header (comma-separated, e.g. "
+            "'X-Principals: group:hr'); without it a caller is anonymous and sees only documents with no ACL. "
+            "Use --trusted to skip ACLs, or mount the routes in your own app with your own auth and principals."
+        )
+    print(f"context-engine serving on http://{args.host}:{args.port} using {where}.", file=sys.stderr)
+    print(f"Principals: {who}", file=sys.stderr)
+    print("No authentication is applied by this dev server; keep it on localhost.", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=os.environ.get("CE_LOG_LEVEL", "info"))
+    return 0
+
+
+# ---------------------------------------------------------------------- migrate
+async def _migrate(args: argparse.Namespace) -> int:
+    from context_engine.embeddings.factory import build_embedder
+    from context_engine.storage.database import Database
+    from context_engine.storage.migrate import migrate
+
+    config = _config(args.database_url)
+    dim = args.dim or config.embedding.dim or build_embedder(config.embedding).dim
+    db = Database(config)
+    try:
+        report = await migrate(
+            await db.engine(), dim=dim, text_search_config=args.text_search_config or config.search.text_search_config
+        )
+    finally:
+        await db.aclose()
+    applied = ", ".join(report.applied) if report.applied else "nothing to apply (already up to date)"
+    print(f"migrated: {applied}; dim={report.dim}; text search config={report.text_search_config}")
+    return 0
+
+
+# ---------------------------------------------------------------------- ingest
+_SKIP = {".git", ".venv", "__pycache__", "node_modules"}
+
+
+def _walk(paths: Sequence[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.startswith("."))
+                files.extend(Path(root) / n for n in sorted(names) if not n.startswith("."))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ValueError(f"no such file or folder: {path}")
+    return files
+
+
+def _bar(done: int, total: int, label: str) -> None:
+    width = 30
+    filled = int(width * done / total) if total else width
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:40]:<40}")
+    sys.stderr.flush()
+
+
+async def _ingest(args: argparse.Namespace) -> int:
+    from context_engine.engine import ContextEngine
+
+    files = _walk(args.paths)
+    acl = [p.strip() for p in args.acl.split(",") if p.strip()]
+    counts = {"completed": 0, "skipped": 0, "failed": 0}
+    failures: list[str] = []
+    async with ContextEngine(_config(args.database_url)) as engine:
+        for i, path in enumerate(files):
+            _bar(i, len(files), path.name)
+            try:
+                report = await engine.ingest(file=path, name=str(path), source_id=args.source_id, acl=acl)
+            except Exception as exc:  # one refused file never stops the batch
+                counts["failed"] += 1
+                failures.append(f"{path}: {exc}")
+                continue
+            doc = report.documents[0]
+            counts[doc.status if doc.status in counts else "failed"] += 1
+            if doc.status == "failed":
+                failures.append(f"{path}: {doc.failure_reason}: {doc.error}")
+        _bar(len(files), len(files), "done")
+    sys.stderr.write("\n")
+    print(
+        f"ingested {len(files)} files: {counts['completed']} completed, {counts['skipped']} skipped, "
+        f"{counts['failed']} failed"
+    )
+    for line in failures:
+        print(f"  failed {line}")
+    return 0 if counts["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""PDF (pypdf) and images, with Tesseract OCR for pages that have no text layer.
+
+Every PDF unit carries its 1-based ``page``; ``meta["pages"]`` is the page count. A page with no
+text but with an image is a scan: it is OCR'd when the ``[ocr]`` extra and the Tesseract binary
+are present, and otherwise the WHOLE file fails with the install hint — indexing only the pages
+that happened to have text would be a document that answers wrongly and looks healthy. A page
+with neither text nor images is blank and simply has no units.
+
+A PDF whose ``%%EOF`` marker is missing from its tail is refused as truncated: pypdf's lenient
+mode would otherwise recover whatever pages it can and silently drop the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
+from context_engine.ingest.extractors import detect
+from context_engine.ingest.extractors._base import Source, extractor, no_text
+from context_engine.ingest.extractors.text import paragraphs
+
+OCR_HINT = (
+    'install the OCR extra with pip install "pg-context-engine[ocr]" and the Tesseract OCR engine '
+    "itself (e.g. apt-get install tesseract-ocr, or brew install tesseract)"
+)
+
+#: How far from the end the ``%%EOF`` marker may sit (PDF writers append a little whitespace).
+EOF_WINDOW = 2048
+
+OcrFn = Callable[[Any], str]
+
+
+def ocr_engine() -> OcrFn | None:
+    """``image -> text`` through pytesseract, or None when the extra or the binary is missing."""
+    try:
+        import pytesseract  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pytesseract.get_tesseract_version()
+    except Exception:  # the Python package is there, the tesseract binary is not
+        return None
+
+    def run(image: Any) -> str:
+        return str(pytesseract.image_to_string(image))
+
+    return run
+
+
+def _ocr_unavailable(what: str) -> ExtractionFailed:
+    return ExtractionFailed(f"{what} needs OCR, which is not available here: {OCR_HINT}")
+
+
+def _page_has_images(page: Any, depth: int = 0) -> bool:
+    """True when the page draws at least one image XObject (checked without decoding it)."""
+    if depth > 8:  # forms inside forms; a self-referencing one must not recurse forever
+        return False
+    try:
+        resources = page.get("/Resources")
+        resources = resources.get_object() if resources is not None else None
+        xobjects = resources.get("/XObject") if resources is not None else None
+        if xobjects is None:
+            return False
+        xobjects = xobjects.get_object()
+        for ref in xobjects.values():
+            xobject = ref.get_object()
+            if xobject.get("/Subtype") == "/Image":
+                return True
+            if xobject.get("/Subtype") == "/Form" and _page_has_images(xobject, depth + 1):
+                return True
+    except Exception:
+        return False
+    return False
+
+
+@extractor(detect.PDF)
+def extract_pdf(source: Source) -> Extracted:
+    """Text per page with its page number; scanned pages OCR'd or refused with the install hint."""
+    try:
+        from pypdf import PdfReader
+    except ImportError as exc:  # pragma: no cover - the office extra is installed in tests
+        raise ImportError('reading PDF needs pypdf: pip install "pg-context-engine[office]"') from exc
+
+    size = source.size
+    with source.open() as stream:
+        stream.seek(max(0, size - EOF_WINDOW))
+        tail = stream.read()
+        if b"%%EOF" not in tail:
+            raise ExtractionFailed(
+                f"{source.label} is a truncated or corrupt PDF (no %%EOF marker at its end)"
+            )
+        stream.seek(0)
+        try:
+            reader = PdfReader(stream, strict=False)
+            if reader.is_encrypted and not reader.decrypt(""):
+                raise ExtractionFailed(f"{source.label} is a password-protected PDF")
+            pages = list(reader.pages)
+        except ExtractionFailed:
+            raise
+        except Exception as exc:
+            raise ExtractionFailed(f"{source.label} is a truncated or corrupt PDF: {exc}") from exc
+        if not pages:
+            raise ExtractionFailed(f"{source.label} is a PDF with no pages")
+
+        units: list[Unit] = []
+        scanned: list[tuple[int, Any]] = []
+        for number, page in enumerate(pages, start=1):
+            try:
+                text = page.extract_text() or ""
+            except Exception as exc:
+                raise ExtractionFailed(f"{source.label}: page {number} cannot be read: {exc}") from exc
+            if text.strip():
+                units.extend(Unit(text=block, page=number) for block in paragraphs(text))
+            elif _page_has_images(page):
+                scanned.append((number, page))
+
+        ocr_pages: list[int] = []
+        if scanned:
+            engine = ocr_engine()
+            if engine is None:
+                listed = ", ".join(str(number) for number, _ in scanned[:20])
+                which = f"page {listed} has" if len(scanned) == 1 else f"pages {listed} have"
+                raise _ocr_unavailable(f"{source.label}: {which} no text layer (scanned) and")
+            for number, page in scanned:
+                text = "\n\n".join(engine(image.image) for image in page.images)
+                ocr_pages.append(number)
+                units.extend(Unit(text=block, page=number, meta={"ocr": True}) for block in paragraphs(text))
+        units.sort(key=lambda unit: unit.page or 0)
+
+        meta: dict[str, Any] = {"pages": len(pages)}
+        if ocr_pages:
+            meta["ocr_pages"] = ocr_pages
+        try:
+            title = reader.metadata.title if reader.metadata is not None else None
+        except Exception:
+            title = None
+        if title:
+            meta["title"] = str(title)
+    if not units:
+        raise no_text(source)
+    return Extracted(mime=detect.PDF, units=units, meta=meta)
+
+
+def extract_image(source: Source) -> Extracted:
+    """An image is all scan: OCR every frame (a multi-page TIFF is one frame per page)."""
+    engine = ocr_engine()
+    if engine is None:
+        raise _ocr_unavailable(f"{source.label} is an image, so its text")
+    from PIL import Image, ImageSequence
+
+    units: list[Unit] = []
+    with source.open() as stream, Image.open(stream) as image:
+        mime = Image.MIME.get(image.format or "", detect.PNG)
+        frames = 0
+        for number, frame in enumerate(ImageSequence.Iterator(image), start=1):
+            frames = number
+            text = engine(frame.copy())
+            units.extend(Unit(text=block, page=number, meta={"ocr": True}) for block in paragraphs(text))
+    if not units:
+        raise no_text(source)
+    return Extracted(mime=mime, units=units, meta={"pages": frames, "ocr_pages": list(range(1, frames + 1))})
+
+
+for _mime in sorted(detect.IMAGES):
+    extractor(_mime)(extract_image)

@@ -1,0 +1,98 @@
+"""Migrations: idempotent, dimension-locked, repairable, runnable from the CLI."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import psycopg
+import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from context_engine.cli import main as cli_main
+from context_engine.errors import DimensionMismatch
+from context_engine.storage.database import to_driver_url
+from context_engine.storage.migrate import migrate
+from tests.conftest import server_dir
+
+
+def _indexes(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        return {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename LIKE 'ce_%'")}
+
+
+async def test_migrate_is_idempotent_and_locks_dim(database_url: str) -> None:
+    sql = create_async_engine(to_driver_url(database_url))
+    try:
+        first = await migrate(sql, dim=8)
+        assert first.applied == ["0001_initial"] or first.applied[0] == "0001_initial"
+        again = await migrate(sql, dim=8)
+        assert again.applied == []
+        with pytest.raises(DimensionMismatch, match="locked to embedding dimension 8"):
+            await migrate(sql, dim=16)
+    finally:
+        await sql.dispose()
+    names = _indexes(database_url)
+    for expected in ("ix_ce_chunks_embedding", "ix_ce_chunks_tsv", "ix_ce_chunks_trgm", "ix_ce_chunks_acl"):
+        assert expected in names
+    with psycopg.connect(database_url) as conn:
+        extensions = {r[0] for r in conn.execute("SELECT extname FROM pg_extension")}
+        method = conn.execute(
+            "SELECT am.amname FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
+            "WHERE c.relname = 'ix_ce_chunks_embedding'"
+        ).fetchone()
+    assert {"vector", "pg_trgm", "unaccent"} <= extensions
+    assert method == ("hnsw",)
+
+
+async def test_rerun_repairs_a_half_applied_schema(database_url: str) -> None:
+    """Simulate a run that died after creating some objects: the next run completes it."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        conn.execute("CREATE TABLE ce_meta (key text PRIMARY KEY, value text NOT NULL)")
+    sql = create_async_engine(to_driver_url(database_url))
+    try:
+        report = await migrate(sql, dim=4)
+    finally:
+        await sql.dispose()
+    assert "0001_initial" in report.applied
+    assert "ix_ce_chunks_embedding" in _indexes(database_url)
+
+
+def test_cli_migrate(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["migrate", "--database-url", database_url, "--dim", "12"]) == 0
+    assert "0001_initial" in capsys.readouterr().out
+    assert cli_main(["migrate", "--database-url", database_url, "--dim", "12"]) == 0
+    assert "already up to date" in capsys.readouterr().out
+    assert cli_main(["migrate", "--database-url", database_url, "--dim", "13"]) == 1
+    assert "refusing dimension 13" in capsys.readouterr().err
+
+
+def test_two_processes_start_the_embedded_server_at_once() -> None:
+    """Both processes get a working server in the same data directory, and both can query."""
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from context_engine import ContextEngine, ContextEngineConfig, TRUSTED
+        async def main():
+            config = ContextEngineConfig(storage={"data_dir": sys.argv[1]}, fusion={"weights": {"vector": 0.0}})
+            async with ContextEngine(config) as engine:
+                await engine.ingest(text="shared server " + sys.argv[2], name=sys.argv[2])
+                hits = (await engine.search("shared", principals=TRUSTED)).hits
+                print("ok", len(hits))
+        asyncio.run(main())
+        """
+    )
+    base = server_dir()
+    try:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", script, str(base), f"p{i}"], stdout=subprocess.PIPE, text=True)
+            for i in range(2)
+        ]
+        outputs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert all(out.startswith("ok") for out in outputs)
