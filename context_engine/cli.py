@@ -58,6 +58,27 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
     ing.add_argument("--source-id", default="default", help="the source (namespace) to file under")
     ing.add_argument("--acl", default="", help="comma-separated principals; empty = visible to everyone")
+
+    ev = sub.add_parser(
+        "eval",
+        help="measure retrieval quality on BEIR-format data (each leg, fused, and a BM25 baseline)",
+        description=(
+            "Ingest a BEIR-format folder (corpus.jsonl[.gz], queries.jsonl[.gz], qrels/<split>.tsv) through the "
+            "engine with your settings (CE_* variables), run every judged query through search, and print "
+            "nDCG@10, Recall@100, MRR@10 and latency for each leg alone, the fused ranking and BM25 computed "
+            "beside them. Without --database-url a throwaway embedded server is used."
+        ),
+    )
+    ev.add_argument("--data", required=True, type=Path, help="the BEIR-format folder")
+    ev.add_argument("--database-url", help="PostgreSQL URL; the corpus goes into its own source, removed afterwards")
+    ev.add_argument("--split", default="test", help="which qrels/<split>.tsv to evaluate (default test)")
+    ev.add_argument("--top-k", type=int, default=100, help="chunks requested per query (default 100)")
+    ev.add_argument(
+        "--dense-baseline",
+        action="store_true",
+        help="also run exact dense search with your model over whole documents (embeds the corpus again)",
+    )
+    ev.add_argument("--keep", action="store_true", help="keep the evaluation source in --database-url afterwards")
     return parser
 
 
@@ -74,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_migrate(args))
         if args.command == "ingest":
             return asyncio.run(_ingest(args))
+        if args.command == "eval":
+            return asyncio.run(_eval(args))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -218,6 +241,34 @@ async def _ingest(args: argparse.Namespace) -> int:
     for line in failures:
         print(f"  failed {line}")
     return 0 if counts["failed"] == 0 else 1
+
+
+# ---------------------------------------------------------------------- eval
+async def _eval(args: argparse.Namespace) -> int:
+    from context_engine.evaluation import format_table, run_eval
+
+    if not args.data.is_dir():
+        raise ValueError(f"no such folder: {args.data}")
+    baselines = ["bm25", "dense", "bm25+dense"] if args.dense_baseline else ["bm25"]
+    config = ContextEngineConfig.from_env()
+
+    def progress(stage: str, done: int, total: int) -> None:
+        _bar(done, total, stage)
+        if done == total:
+            sys.stderr.write("\n")
+
+    report = await run_eval(
+        args.data,
+        args.database_url,
+        config=config,
+        split=args.split,
+        top_k=args.top_k,
+        baselines=baselines,
+        keep=args.keep,
+        progress=progress,
+    )
+    print(format_table(report))
+    return 0
 
 
 if __name__ == "__main__":

@@ -67,6 +67,17 @@ class StorageConfig(BaseModel):
     ann_exact_threshold: int = Field(default=20000, ge=0)
 
 
+class Bm25Config(BaseModel):
+    """Okapi BM25 parameters for ``search.lexical_rank="bm25"``."""
+
+    model_config = _STRICT
+
+    #: term-frequency saturation: higher lets repeated terms keep adding to the score
+    k1: float = Field(default=1.2, ge=0, le=10)
+    #: length normalisation: 0 ignores chunk length, 1 divides fully by length / average length
+    b: float = Field(default=0.75, ge=0, le=1)
+
+
 class SearchConfig(BaseModel):
     """How each search leg matches and ranks."""
 
@@ -76,7 +87,12 @@ class SearchConfig(BaseModel):
     text_search_config: Literal["english", "simple"] = "english"
     #: ``all``: every query word must match; ``any``: any non-stopword may match
     lexical_match: Literal["all", "any"] = "any"
-    lexical_rank: Literal["ts_rank_cd", "ts_rank"] = "ts_rank_cd"
+    #: ``bm25``: Okapi BM25 over statistics of what the caller may see; ``ts_rank_cd``: words close
+    #: together; ``ts_rank``: frequency anywhere
+    lexical_rank: Literal["bm25", "ts_rank_cd", "ts_rank"] = "ts_rank_cd"
+    bm25: Bm25Config = Field(default_factory=Bm25Config)
+    #: words dropped from ``any`` queries: ``english`` (PostgreSQL's list), your own list, or ``None``
+    lexical_stopwords: Literal["english"] | list[str] | None = "english"
     #: Postgres length-normalisation bitmask passed to the rank function (0..63)
     lexical_normalization: int = Field(default=1, ge=0, le=63)
     #: candidates each leg hands to fusion
@@ -125,6 +141,79 @@ class IngestConfig(BaseModel):
     resume_stale_seconds: int = Field(default=600, ge=0)
 
 
+LLMProvider = Literal["openai", "azure_openai", "custom", "anthropic"]
+
+
+class LLMConfig(BaseModel):
+    """The generative model behind query expansion and the LLM rerank judge.
+
+    ``max_retries`` is the number of retries on top of the first attempt (0 = one attempt) and
+    ``timeout`` is per attempt, so one call may take up to ``(max_retries + 1) * timeout`` plus
+    backoff; the knowledge pipeline caps each of its stages with its own deadline on top.
+    """
+
+    model_config = _STRICT
+
+    provider: LLMProvider = "openai"
+    #: model name; ``None`` picks the provider's default (``openai``/``anthropic`` only)
+    model: str | None = None
+    api_key: SecretStr | None = None
+    #: ``custom``: the URL before ``/chat/completions``; ``azure_openai``: the resource URL;
+    #: ``openai``/``anthropic``: an optional override of the public endpoint
+    base_url: str | None = None
+    #: Azure OpenAI only
+    api_version: str | None = None
+    deployment: str | None = None
+    max_retries: int = Field(default=2, ge=0, le=20)
+    #: per-attempt timeout in seconds
+    timeout: float = Field(default=60.0, gt=0)
+    max_tokens: int = Field(default=1024, ge=16, le=65536)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+
+
+RerankProvider = Literal["cohere", "voyage", "jina", "llm"]
+
+
+class RerankConfig(BaseModel):
+    """The judge of the knowledge pipeline's guarded rerank (``llm`` uses the ``llm`` section)."""
+
+    model_config = _STRICT
+
+    provider: RerankProvider = "llm"
+    #: model name; ``None`` picks the provider's default
+    model: str | None = None
+    api_key: SecretStr | None = None
+    #: the URL before ``/v2/rerank`` (cohere) or ``/v1/rerank`` (voyage, jina)
+    base_url: str | None = None
+    #: retries on top of the first attempt of the HTTP rerankers (0 = one attempt)
+    max_retries: int = Field(default=0, ge=0, le=10)
+    #: seconds for the whole rerank step (every attempt included); past it the verdict is discarded
+    timeout: float = Field(default=10.0, gt=0)
+    #: how many of the best fused candidates the judge sees
+    pool_size: int = Field(default=20, ge=2, le=100)
+    #: the verdict is discarded when no passage scores at least this (scores are 0..1)
+    relevance_floor: float = Field(default=0.1, ge=0, le=1)
+    #: the verdict is discarded when Kendall's tau between its order and the fused order is below this
+    min_consensus_tau: float = Field(default=-0.2, ge=-1, le=1)
+
+
+class KnowledgeConfig(BaseModel):
+    """``knowledge_query`` and ``POST /knowledge/query``: candidate pools, deadlines, rate limit."""
+
+    model_config = _STRICT
+
+    #: candidates each channel hands to fusion, per sub-query
+    candidates: int = Field(default=30, ge=1, le=1000)
+    #: the same for enumeration questions ("all deadlines", "every client")
+    enumeration_candidates: int = Field(default=90, ge=1, le=1000)
+    #: sub-queries an expansion may add to the original question
+    max_sub_queries: int = Field(default=4, ge=1, le=10)
+    #: seconds for the whole expansion step; past it only the original question is searched
+    expand_timeout: float = Field(default=15.0, gt=0)
+    #: requests per caller per minute on ``POST /knowledge/query``; ``None`` = no limit
+    rate_limit_per_minute: int | None = Field(default=60, ge=1)
+
+
 class ContextEngineConfig(BaseSettings):
     """All settings. ``database_url=None`` starts an embedded PostgreSQL in ``storage.data_dir``."""
 
@@ -141,6 +230,11 @@ class ContextEngineConfig(BaseSettings):
     search: SearchConfig = Field(default_factory=SearchConfig)
     fusion: FusionConfig = Field(default_factory=FusionConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
+    #: the generative model (query expansion, the LLM rerank judge); ``None`` = no model is ever called
+    llm: LLMConfig | None = None
+    #: the rerank judge; ``None`` = the LLM judge when ``llm`` is set, else no rerank
+    rerank: RerankConfig | None = None
+    knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
     #: general secret (hash keys fall back to it)
     secret_key: SecretStr | None = None
 

@@ -8,13 +8,11 @@ server handle.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import IO, Any
 
 import httpx
@@ -26,15 +24,13 @@ from context_engine.embeddings.base import Embedder
 from context_engine.errors import (
     ContextEngineError,
     Forbidden,
-    IngestTooLarge,
-    InputTooLarge,
     InvalidRequest,
     NotFound,
-    ProviderError,
     StorageUnavailable,
 )
-from context_engine.ingest.chunker import chunk_units, normalise
-from context_engine.ingest.extracted import ExtractionFailed
+from context_engine.hooks import Hooks
+from context_engine.ingest.pipeline import Ingestor, open_source
+from context_engine.knowledge.models import AgentLinks, KnowledgeResult
 from context_engine.models import (
     FAILURE_MESSAGES,
     Document,
@@ -69,6 +65,7 @@ class ContextEngine:
         *,
         http_client_factory: HttpClientFactory | None = None,
         embedder: Embedder | None = None,
+        hooks: Hooks | None = None,
     ):
         self.config = config or ContextEngineConfig()
         self._http_client_factory = http_client_factory
@@ -76,6 +73,8 @@ class ContextEngine:
         self._embedder = embedder
         self._owns_embedder = embedder is None
         self._schema_checked = False
+        self.hooks = hooks or Hooks()
+        self._ingestor = Ingestor(self)
         self._text_search_config = self.config.search.text_search_config
 
     # ------------------------------------------------------------------ lifecycle
@@ -152,7 +151,8 @@ class ContextEngine:
         """Ingest one document. A bad document becomes a ``failed`` report, never an exception.
 
         Raises only for a bad call (both or neither of text/file, an ACL the caller does not hold)
-        and for ``IngestTooLarge`` (an intake cap refuses, it never trims).
+        and for ``IngestTooLarge`` (an intake cap refuses, it never trims). A provider failure
+        mid-embedding leaves the document in status ``embedding``; see ``resume_embeddings``.
         """
         if (text is None) == (file is None):
             raise InvalidRequest("pass exactly one of text= or file=")
@@ -162,202 +162,29 @@ class ContextEngine:
             raise Forbidden("you may only file a document under an ACL you hold")
         if not isinstance(source_id, str) or not source_id.strip():
             raise InvalidRequest("source_id must be a non-empty string")
-        attributes = dict(attributes or {})
-        data, name = self._read_input(text, file, name)
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise InvalidRequest("name must be a non-empty string")
+        source, name = open_source(text, file, name, self.config.ingest.max_file_bytes)
         if text is not None and mime is None:
             mime = "text/html" if name.lower().endswith((".html", ".htm")) else "text/markdown"
-        report = await self._ingest_bytes(data, name, source_id, acl_list, attributes, mime, caller)
-        totals = {
-            "files": 1,
-            "completed": int(report.status == "completed"),
-            "failed": int(report.status == "failed"),
-            "skipped": int(report.status == "skipped"),
-            "chunks": report.chunks,
-        }
-        return IngestReport(documents=[report], totals=totals)
-
-    def _read_input(self, text: str | None, file: FileInput | None, name: str | None) -> tuple[bytes, str]:
-        cap = self.config.ingest.max_file_bytes
-        if text is not None:
-            if not isinstance(text, str):
-                raise InvalidRequest("text must be a string")
-            data = text.encode("utf-8")
-            if cap is not None and len(data) > cap:
-                raise IngestTooLarge("ingest.max_file_bytes", cap, len(data))
-            return data, name or "untitled"
-        if isinstance(file, bytes | bytearray):
-            if cap is not None and len(file) > cap:
-                raise IngestTooLarge("ingest.max_file_bytes", cap, len(file))
-            return bytes(file), name or "untitled"
-        if isinstance(file, str | os.PathLike):
-            path = Path(file)
-            size = path.stat().st_size  # answered before reading a byte
-            if cap is not None and size > cap:
-                raise IngestTooLarge("ingest.max_file_bytes", cap, size)
-            return path.read_bytes(), name or path.name
-        if hasattr(file, "read"):
-            limit = None if cap is None else cap + 1
-            data = file.read() if limit is None else file.read(limit)  # type: ignore[union-attr]
-            if cap is not None and len(data) > cap:
-                raise IngestTooLarge("ingest.max_file_bytes", cap, len(data))
-            return data, name or Path(getattr(file, "name", "untitled")).name
-        raise InvalidRequest("file must be bytes, a path or a binary file object")
-
-    async def _ingest_bytes(
-        self,
-        data: bytes,
-        name: str,
-        source_id: str,
-        acl: list[str],
-        attributes: dict[str, Any],
-        mime: str | None,
-        caller: tuple[str, ...] | None,
-    ) -> DocumentReport:
-        sql = await self._ready()
-        embedder = self.embedder
-        budget = min(self.config.ingest.chunk_tokens, embedder.max_input_tokens)
-        base = DocumentReport(document_id=None, name=name, source_id=source_id, status="failed")
-        try:
-            extracted_mime, body, chunks, meta = await asyncio.to_thread(
-                _extract_and_chunk, data, name, mime, budget, embedder.count_tokens, self.config.ingest.max_rows
-            )
-        except IngestTooLarge:
-            raise
-        except ExtractionFailed as exc:
-            return await self._record_failure(
-                sql, base, mime or "application/octet-stream", acl, attributes, exc.reason, str(exc), caller
-            )
-        content_hash = hashlib.sha256(body.encode("utf-8")).hexdigest()
-        base.mime = extracted_mime
-        base.pages, base.pages_source = meta.get("pages"), meta.get("pages_source")
-
-        async with sql.connect() as conn:
-            existing = await repo.find_by_identity(conn, source_id, name)
-        if existing is not None:
-            if not await self._visible(sql, str(existing["id"]), caller):
-                raise Forbidden("you may not replace a document under this name in this source")
-            if existing["content_hash"] == content_hash and existing["status"] == "completed":
-                return base.model_copy(
-                    update={
-                        "document_id": str(existing["id"]),
-                        "status": "skipped",
-                        "skip_reason": "unchanged",
-                        "version": existing["version"],
-                    }
-                )
-        existing_id = str(existing["id"]) if existing else None
-        try:
-            rows = await self._embed_chunks(sql, chunks, existing_id)
-        except (InputTooLarge, ProviderError) as exc:
-            reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
-            return await self._record_failure(
-                sql, base, extracted_mime, acl, attributes, reason, str(exc), caller, existing_id=existing_id
-            )
-        async with sql.begin() as conn:
-            if not await repo.try_identity_lock(conn, source_id, name):
-                return base.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
-            current = await repo.find_by_identity(conn, source_id, name)
-            if current is not None and str(current["id"]) != existing_id:
-                return base.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
-            doc_id, version, revision = await repo.write_document(
-                conn,
-                existing_id=existing_id,
-                source_id=source_id,
-                name=name,
-                mime=extracted_mime,
-                body=body,
-                acl=acl,
-                attributes=attributes,
-                content_hash=content_hash,
-                meta=meta,
-                chunks=rows,
-                embedding_key=self.embedder.key,
-                text_search_config=self._text_search_config,
-            )
-        return base.model_copy(
-            update={
-                "document_id": doc_id,
-                "status": "completed",
-                "version": version,
-                "revision": revision,
-                "chunks": len(rows),
-            }
+        report = await self._ingestor.ingest(
+            source,
+            name=name,
+            source_id=source_id,
+            acl=acl_list,
+            attributes=dict(attributes or {}),
+            mime=mime,
+            caller=caller,
         )
+        return _totals([report])
 
-    async def _embed_chunks(self, sql: AsyncEngine, chunks: list[Any], existing_id: str | None) -> list[repo.ChunkRow]:
-        """Embed only chunks whose text has no stored vector from the same model."""
-        key = self.embedder.key
-        reusable: set[str] = set()
-        if existing_id is not None:
-            async with sql.connect() as conn:
-                reusable = await repo.reusable_hashes(conn, existing_id, key)
-        rows = [
-            repo.ChunkRow(
-                position=i,
-                text=c.text,
-                text_hash=hashlib.sha256(normalise(c.text).encode()).hexdigest(),
-                section=c.section,
-                page=c.page,
-                kind=c.kind,
-                meta=c.meta,
-                embedding=None,
-            )
-            for i, c in enumerate(chunks)
-        ]
-        todo = [r for r in rows if r.text_hash not in reusable]
-        for start in range(0, len(todo), _EMBED_BATCH):
-            batch = todo[start : start + _EMBED_BATCH]
-            vectors = await self.embedder.embed([r.text for r in batch], kind="document")
-            for row, vector in zip(batch, vectors, strict=True):
-                row.embedding = vector
-        return rows
+    async def resume_embeddings(self, document_id: str | None = None) -> IngestReport:
+        """Embed only the rows still missing a vector, for one document or every resumable one.
 
-    async def _record_failure(
-        self,
-        sql: AsyncEngine,
-        base: DocumentReport,
-        mime: str,
-        acl: list[str],
-        attributes: dict[str, Any],
-        reason: str,
-        error: str,
-        caller: tuple[str, ...] | None,
-        *,
-        existing_id: str | None = None,
-    ) -> DocumentReport:
-        async with sql.begin() as conn:
-            if existing_id is None:
-                found = await repo.find_by_identity(conn, base.source_id, base.name)
-                if found is not None:
-                    if not await self._visible(sql, str(found["id"]), caller):
-                        raise Forbidden("you may not replace a document under this name in this source")
-                    existing_id = str(found["id"])
-            doc_id, revision = await repo.write_failed(
-                conn,
-                existing_id=existing_id,
-                source_id=base.source_id,
-                name=base.name,
-                mime=mime,
-                acl=acl,
-                attributes=attributes,
-                failure_reason=reason,
-                error=error,
-            )
-        log.info("ingest failed: document=%s reason=%s", doc_id, reason)
-        return base.model_copy(
-            update={
-                "document_id": doc_id,
-                "status": "failed",
-                "revision": revision,
-                "failure_reason": reason,
-                "failure_message": FAILURE_MESSAGES[reason],
-                "error": error,
-                "mime": mime,
-            }
-        )
-
-    async def _visible(self, sql: AsyncEngine, document_id: str, caller: tuple[str, ...] | None) -> bool:
-        return await repo.get_document(sql, document_id, Scope(caller), with_text=False) is not None
+        A sweep (no id) skips documents whose run is still moving (its lock is held).
+        """
+        doc_id = _check_uuid(document_id) if document_id is not None else None
+        return _totals(await self._ingestor.resume(doc_id))
 
     # ------------------------------------------------------------------ search
     async def search(
@@ -400,6 +227,9 @@ class ContextEngine:
                     match=cfg.lexical_match,
                     rank=cfg.lexical_rank,
                     normalization=cfg.lexical_normalization,
+                    stopwords=cfg.lexical_stopwords,
+                    bm25_k1=cfg.bm25.k1,
+                    bm25_b=cfg.bm25.b,
                 ),
             )
         words = query_shape.length_units(query)
@@ -540,18 +370,70 @@ class ContextEngine:
         return Stats(**data)
 
 
-# ---------------------------------------------------------------------- helpers
-def _extract_and_chunk(
-    data: bytes, name: str, mime: str | None, budget: int, count_tokens: Callable[[str], int], max_rows: int | None
-) -> tuple[str, str, list[Any], dict[str, Any]]:
-    from context_engine.ingest.extractors import extract
+    # ------------------------------------------------------------------ knowledge
+    async def knowledge_query(
+        self,
+        query: str,
+        *,
+        top_k: int = 5,
+        agent_id: str | None = None,
+        expand: bool = True,
+        rerank: bool = True,
+        principals: Iterable[str] | object | None = None,
+        source_ids: Sequence[str] | None = None,
+    ) -> KnowledgeResult:
+        """The passages that best answer ``query``, with a trace of how they were found.
 
-    extracted = extract(data, name=name, mime=mime, max_rows=max_rows)
-    chunks = list(chunk_units(extracted.units, budget=budget, count_tokens=count_tokens))
-    body = "\n\n".join(c.text for c in chunks)
-    if not body.strip():
-        raise ExtractionFailed("the document contains no text")
-    return extracted.mime, body, chunks, dict(extracted.meta)
+        Expansion, per-query vector + full-text search, fusion, enumeration widening and a guarded
+        rerank: see :mod:`context_engine.knowledge.pipeline`. ``expand=False, rerank=False`` calls no
+        model. ``agent_id`` narrows to the agent's links (an unknown agent is ``NotFound``).
+        """
+        from context_engine.knowledge.pipeline import knowledge_query
+
+        return await knowledge_query(
+            self,
+            query,
+            top_k=top_k,
+            agent_id=agent_id,
+            expand=expand,
+            rerank=rerank,
+            principals=principals,
+            source_ids=source_ids,
+        )
+
+    async def link_agent_sources(
+        self, agent_id: str, *, document_ids: Sequence[str] | None = None, source_ids: Sequence[str] | None = None
+    ) -> AgentLinks:
+        """Let ``agent_id`` retrieve from these documents and/or whole sources (idempotent).
+
+        Links are configuration, not permissions: queries through the agent still apply the caller's ACL.
+        """
+        from context_engine.knowledge import agents
+
+        return await agents.link(await self._ready(), agent_id, document_ids=document_ids, source_ids=source_ids)
+
+    async def unlink_agent_sources(
+        self, agent_id: str, *, document_ids: Sequence[str] | None = None, source_ids: Sequence[str] | None = None
+    ) -> AgentLinks:
+        """Remove these links, or every link of the agent when neither list is given."""
+        from context_engine.knowledge import agents
+
+        return await agents.unlink(await self._ready(), agent_id, document_ids=document_ids, source_ids=source_ids)
+
+    async def agent_sources(self, agent_id: str) -> AgentLinks:
+        """The documents and sources linked to ``agent_id`` (both empty for an unknown agent)."""
+        from context_engine.knowledge import agents
+
+        return await agents.links(await self._ready(), agent_id)
+
+
+# ---------------------------------------------------------------------- helpers
+def _totals(reports: list[DocumentReport]) -> IngestReport:
+    totals = {"files": len(reports), "completed": 0, "failed": 0, "skipped": 0, "embedding": 0, "chunks": 0}
+    for report in reports:
+        totals[report.status] = totals.get(report.status, 0) + 1
+        totals["chunks"] += report.chunks
+    return IngestReport(documents=reports, totals=totals)
 
 
 def _clean_acl(acl: Sequence[str] | None) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.retrieval import lexical
+from context_engine.retrieval import bm25, lexical
 from context_engine.storage.predicates import visibility
 
 
@@ -46,18 +46,40 @@ async def fts_leg(
     match: str,
     rank: str,
     normalization: int,
+    stopwords: str | Sequence[str] | None = "english",
+    bm25_k1: float = 1.2,
+    bm25_b: float = 0.75,
 ) -> list[tuple[int, float]]:
+    """Full-text candidates: ``match`` picks the chunks, ``rank`` orders them.
+
+    ``rank`` is ``bm25`` (Okapi BM25 in SQL over statistics the caller may see, see
+    :mod:`context_engine.retrieval.bm25`), ``ts_rank_cd`` (proximity) or ``ts_rank`` (frequency);
+    ``normalization`` is Postgres's length-normalisation bitmask for the latter two.
+    """
     params: dict[str, Any] = {"lx_cfg": config, "limit": limit, "norm": normalization}
-    tsq = lexical.tsquery_sql(query, match=match, params=params)
+    tsq = lexical.tsquery_sql(query, match=match, params=params, stopwords=stopwords)
     if tsq is None:
         return []
-    rank_fn = "ts_rank_cd" if rank == "ts_rank_cd" else "ts_rank"
-    sql = (
-        f"SELECT c.id, {rank_fn}(c.tsv, q.q, :norm) AS r "
-        f"FROM ce_chunks c, (SELECT {tsq} AS q) q "
-        f"WHERE c.valid_to IS NULL AND c.tsv @@ q.q AND {scope.predicate('c', params)} "
-        "ORDER BY r DESC, c.id LIMIT :limit"
-    )
+    if rank == "bm25":
+        stats_scope = {"principals": scope.principals, "source_ids": scope.source_ids}
+        sql = bm25.score_sql(
+            tsquery=tsq,
+            terms=lexical.terms_sql(params),
+            chunk_predicate=scope.predicate("c", params),
+            stats_scope=stats_scope,
+            params=params,
+            k1=bm25_k1,
+            b=bm25_b,
+        )
+    else:
+        rank_fn = "ts_rank_cd" if rank == "ts_rank_cd" else "ts_rank"
+        # MATERIALIZED: build the tsquery once; inlined, unaccent (only stable) re-runs per row
+        sql = (
+            f"WITH q AS MATERIALIZED (SELECT {tsq} AS q) SELECT c.id, {rank_fn}(c.tsv, q.q, :norm) AS r "
+            "FROM ce_chunks c, q "
+            f"WHERE c.valid_to IS NULL AND c.tsv @@ q.q AND {scope.predicate('c', params)} "
+            "ORDER BY r DESC, c.id LIMIT :limit"
+        )
     async with db.connect() as conn:
         rows = (await conn.execute(text(sql), params)).all()
     return [(int(r[0]), float(r[1])) for r in rows]

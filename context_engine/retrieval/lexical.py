@@ -1,17 +1,34 @@
 """Parse a keyword query into bound tsquery pieces: words, "quoted phrases" and -terms.
 
 The query is split on ASCII whitespace. In ``all`` mode every positive piece must match; in
-``any`` mode one is enough. Negated pieces exclude in both modes. Each piece becomes its own
-bound ``websearch_to_tsquery`` call, so the text is never spliced into SQL.
+``any`` mode one is enough, and single words on the stop-word list are dropped first (otherwise
+"the" or "of" would match nearly every chunk of a ``simple``-configuration index, where nothing
+removes them). Negated pieces exclude in both modes, and quoted phrases are never dropped. Each
+piece becomes its own bound ``websearch_to_tsquery`` call, so the text is never spliced into SQL.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 _PIECE = re.compile(r'(-?)"([^"]+)"|(\S+)')
+_EDGE_PUNCT = re.compile(r"^\W+|\W+$")
+
+#: PostgreSQL's (Snowball's) English stop-word list, the one the ``english`` configuration drops.
+#: Kept here so ``any`` matching drops the same words under the ``simple`` configuration.
+ENGLISH_STOPWORDS: frozenset[str] = frozenset(
+    """
+    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers herself
+    it its itself they them their theirs themselves what which who whom this that these those am is are was were be
+    been being have has had having do does did doing a an the and but if or because as until while of at by for with
+    about against between into through during before after above below to from up down in out on off over under
+    again further then once here there when where why how all any both each few more most other some such no nor not
+    only own same so than too very s t can will just don should now
+    """.split()
+)
 
 
 @dataclass
@@ -34,18 +51,65 @@ def parse(query: str) -> LexicalQuery:
     return LexicalQuery(positive=positive, negative=negative)
 
 
-def tsquery_sql(query: str, *, match: str, params: dict[str, Any]) -> str | None:
-    """A SQL tsquery expression over bound pieces, or ``None`` when nothing is searchable."""
+def stopword_set(stopwords: str | Collection[str] | None) -> frozenset[str]:
+    """``"english"`` -> the built-in list; a collection -> those words; ``None`` -> nothing dropped."""
+    if stopwords is None:
+        return frozenset()
+    if isinstance(stopwords, str):
+        if stopwords != "english":
+            raise ValueError(f"unknown stop-word list {stopwords!r}; use 'english', a list of words or None")
+        return ENGLISH_STOPWORDS
+    return frozenset(w.lower() for w in stopwords)
+
+
+def searchable(parsed: LexicalQuery, *, match: str, stopwords: frozenset[str]) -> list[str]:
+    """The positive pieces that take part in matching.
+
+    ``any`` drops stop words (a phrase is kept whole). If the query is nothing but stop words they
+    are all kept, so "to be or not to be" still finds the chunk that says it.
+    """
+    if match != "any" or not stopwords:
+        return list(parsed.positive)
+    kept = [p for p in parsed.positive if p.startswith('"') or _EDGE_PUNCT.sub("", p).lower() not in stopwords]
+    return kept or list(parsed.positive)
+
+
+def tsquery_sql(
+    query: str,
+    *,
+    match: str,
+    params: dict[str, Any],
+    stopwords: str | Collection[str] | None = "english",
+) -> str | None:
+    """A SQL tsquery expression over bound pieces, or ``None`` when nothing is searchable.
+
+    Adds ``lx_p<i>``/``lx_n<i>`` to ``params``; ``:lx_cfg`` (the regconfig name) is the caller's.
+    """
     parsed = parse(query)
-    if not parsed.positive:
+    positive = searchable(parsed, match=match, stopwords=stopword_set(stopwords))
+    if not positive:
         return None
     joiner = " && " if match == "all" else " || "
     pos = []
-    for i, piece in enumerate(parsed.positive):
+    for i, piece in enumerate(positive):
         params[f"lx_p{i}"] = piece
         pos.append(f"websearch_to_tsquery(CAST(:lx_cfg AS regconfig), unaccent(:lx_p{i}))")
+    params["lx_npos"] = len(positive)
     expr = "(" + joiner.join(pos) + ")"
     for i, piece in enumerate(parsed.negative):
         params[f"lx_n{i}"] = piece
         expr += f" && !!websearch_to_tsquery(CAST(:lx_cfg AS regconfig), unaccent(:lx_n{i}))"
     return expr
+
+
+def terms_sql(params: dict[str, Any]) -> str:
+    """SQL ``text[]`` of the distinct lexemes of the positive pieces bound by :func:`tsquery_sql`.
+
+    Scoring functions that weigh each query term (BM25) need the terms as the index saw them:
+    parsed, stemmed and unaccented by the database's own configuration, never by Python.
+    """
+    count = int(params.get("lx_npos", 0))
+    if count == 0:
+        return "CAST(ARRAY[] AS text[])"
+    vectors = " || ".join(f"to_tsvector(CAST(:lx_cfg AS regconfig), unaccent(:lx_p{i}))" for i in range(count))
+    return f"tsvector_to_array({vectors})"

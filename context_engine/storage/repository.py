@@ -45,16 +45,6 @@ async def current_revision(db: AsyncEngine) -> int:
         return int(await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1")) or 0)
 
 
-async def try_identity_lock(conn: AsyncConnection, source_id: str, name: str) -> bool:
-    """Transaction-scoped lock on a document identity; False when another run holds it."""
-    return bool(
-        await conn.scalar(
-            text("SELECT pg_try_advisory_xact_lock(hashtextextended(:k, 7))"),
-            {"k": f"{len(source_id)}:{source_id}/{name}"},
-        )
-    )
-
-
 async def find_by_identity(conn: AsyncConnection, source_id: str, name: str) -> dict[str, Any] | None:
     row = (
         (
@@ -67,6 +57,106 @@ async def find_by_identity(conn: AsyncConnection, source_id: str, name: str) -> 
         .first()
     )
     return dict(row) if row else None
+
+
+IDENTITY_LOCK_SQL = "hashtextextended(:k, 7)"
+
+
+def identity_key(source_id: str, name: str) -> str:
+    return f"{len(source_id)}:{source_id}/{name}"
+
+
+async def try_session_lock(conn: AsyncConnection, source_id: str, name: str) -> bool:
+    """Session-level lock on a document identity, held for a whole ingest or resume run.
+
+    Held on a dedicated connection, so it is released if the process dies mid-run.
+    """
+    got = bool(
+        await conn.scalar(
+            text(f"SELECT pg_try_advisory_lock({IDENTITY_LOCK_SQL})"), {"k": identity_key(source_id, name)}
+        )
+    )
+    await conn.commit()
+    return got
+
+
+async def release_session_lock(conn: AsyncConnection, source_id: str, name: str) -> None:
+    await conn.execute(text(f"SELECT pg_advisory_unlock({IDENTITY_LOCK_SQL})"), {"k": identity_key(source_id, name)})
+    await conn.commit()
+
+
+async def pending_chunks(conn: AsyncConnection, document_id: str) -> list[tuple[int, str]]:
+    """Current chunks still missing a vector, in document order."""
+    rows = await conn.execute(
+        text(
+            "SELECT id, text FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL "
+            "AND embedding IS NULL ORDER BY position"
+        ),
+        {"d": document_id},
+    )
+    return [(int(r[0]), r[1]) for r in rows]
+
+
+async def store_vectors(
+    conn: AsyncConnection, ids: Sequence[int], vectors: Sequence[Sequence[float]], embedding_key: str
+) -> None:
+    await conn.execute(
+        text("UPDATE ce_chunks SET embedding = CAST(:v AS vector), embedding_key = :k WHERE id = :id"),
+        [{"v": vector_literal(v), "k": embedding_key, "id": i} for i, v in zip(ids, vectors, strict=True)],
+    )
+
+
+async def set_embedding_progress(conn: AsyncConnection, document_id: str, progress: dict[str, int]) -> None:
+    await conn.execute(
+        text(
+            "UPDATE ce_documents SET meta = jsonb_set(meta, '{embedding_progress}', CAST(:p AS jsonb)), "
+            "updated_at = now() WHERE id = CAST(:d AS uuid)"
+        ),
+        {"p": json.dumps(progress), "d": document_id},
+    )
+
+
+async def finish_embedding(conn: AsyncConnection, document_id: str, progress: dict[str, int]) -> None:
+    """The last vector is stored: the document is complete and any earlier failure is cleared."""
+    await conn.execute(
+        text(
+            "UPDATE ce_documents SET status = 'completed', failure_reason = NULL, error = NULL, "
+            "meta = jsonb_set(meta, '{embedding_progress}', CAST(:p AS jsonb)), updated_at = now() "
+            "WHERE id = CAST(:d AS uuid)"
+        ),
+        {"p": json.dumps(progress), "d": document_id},
+    )
+
+
+async def mark_embedding_failed(
+    conn: AsyncConnection, document_id: str, *, status: str, failure_reason: str, error: str
+) -> None:
+    await conn.execute(
+        text(
+            "UPDATE ce_documents SET status = :st, failure_reason = :fr, error = :e, updated_at = now() "
+            "WHERE id = CAST(:d AS uuid)"
+        ),
+        {"st": status, "fr": failure_reason, "e": error, "d": document_id},
+    )
+
+
+async def resumable_documents(conn: AsyncConnection, document_id: str | None) -> list[dict[str, Any]]:
+    sql = "SELECT id, source_id, name, version FROM ce_documents WHERE status = 'embedding'"
+    params: dict[str, Any] = {}
+    if document_id is not None:
+        sql += " AND id = CAST(:d AS uuid)"
+        params["d"] = document_id
+    return [dict(r) for r in (await conn.execute(text(sql + " ORDER BY updated_at"), params)).mappings()]
+
+
+async def current_chunk_count(conn: AsyncConnection, document_id: str) -> int:
+    return int(
+        await conn.scalar(
+            text("SELECT count(*) FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL"),
+            {"d": document_id},
+        )
+        or 0
+    )
 
 
 async def reusable_hashes(conn: AsyncConnection, document_id: str, embedding_key: str) -> set[str]:
@@ -96,6 +186,7 @@ async def write_document(
     chunks: Sequence[ChunkRow],
     embedding_key: str,
     text_search_config: str,
+    status: str = "completed",
 ) -> tuple[str, int, int]:
     """Write a new version (closing the previous one) in the caller's transaction.
 
@@ -114,6 +205,7 @@ async def write_document(
         "meta": json.dumps(meta),
         "r": revision,
         "cc": len(chunks),
+        "st": status,
     }
     if existing_id is None:
         doc_id = str(uuid.uuid4())
@@ -123,7 +215,7 @@ async def write_document(
             text(
                 "INSERT INTO ce_documents (id, source_id, name, mime, text, acl, attributes, status, "
                 "content_hash, meta, version, chunk_count, created_revision, updated_revision) VALUES "
-                "(CAST(:id AS uuid), :s, :n, :m, :t, CAST(:acl AS text[]), CAST(:attr AS jsonb), 'completed', "
+                "(CAST(:id AS uuid), :s, :n, :m, :t, CAST(:acl AS text[]), CAST(:attr AS jsonb), :st, "
                 ":h, CAST(:meta AS jsonb), 1, :cc, :r, :r)"
             ),
             params,
@@ -135,7 +227,7 @@ async def write_document(
             await conn.scalar(
                 text(
                     "UPDATE ce_documents SET mime = :m, text = :t, acl = CAST(:acl AS text[]), "
-                    "attributes = CAST(:attr AS jsonb), status = 'completed', failure_reason = NULL, error = NULL, "
+                    "attributes = CAST(:attr AS jsonb), status = :st, failure_reason = NULL, error = NULL, "
                     "content_hash = :h, meta = CAST(:meta AS jsonb), version = version + 1, chunk_count = :cc, "
                     "updated_revision = :r, updated_at = now() WHERE id = CAST(:id AS uuid) RETURNING version"
                 ),

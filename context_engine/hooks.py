@@ -1,0 +1,60 @@
+"""Host hooks: progress, usage metering and errors. The engine never bills or alerts itself.
+
+Every hook may be sync or async. A hook that raises is logged and ignored: an observer must
+never be able to fail an ingest.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+log = logging.getLogger("context_engine.hooks")
+
+
+@dataclass
+class ProgressEvent:
+    stage: Literal["extract", "chunk", "embed"]
+    state: Literal["started", "progress", "done"]
+    name: str
+    document_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class UsageEvent:
+    kind: str
+    units: int
+    document_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ErrorEvent:
+    stage: str
+    name: str
+    document_id: str | None
+    failure_reason: str
+    #: the raw text, for the operator's own logs (hooks are host-side)
+    error: str
+
+
+@dataclass
+class Hooks:
+    on_progress: Callable[[ProgressEvent], Any] | None = None
+    on_usage: Callable[[UsageEvent], Any] | None = None
+    on_error: Callable[[ErrorEvent], Any] | None = None
+
+    async def emit(self, hook: str, event: Any) -> None:
+        fn = getattr(self, hook)
+        if fn is None:
+            return
+        try:
+            result = fn(event)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("%s hook raised; ignored", hook)

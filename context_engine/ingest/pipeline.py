@@ -1,0 +1,424 @@
+"""One document through intake, extraction, chunking, storage and embedding.
+
+Chunks are stored before they are embedded: the new version is written (and visible to the
+text legs) first, then the missing vectors are filled batch by batch, each batch stored as it
+lands. A provider failure leaves the document in status ``embedding`` with its progress, and
+``resume`` embeds only the rows still missing a vector. A session-level advisory lock on the
+document's identity settles two callers racing the same document: the loser writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from context_engine.errors import ContextEngineError, Forbidden, IngestTooLarge, InputTooLarge, ProviderError
+from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
+from context_engine.ingest import batching
+from context_engine.ingest.chunker import Chunk, chunk_units, normalise
+from context_engine.ingest.extracted import ExtractionFailed
+from context_engine.models import FAILURE_MESSAGES, DocumentReport
+from context_engine.retrieval.legs import Scope
+from context_engine.storage import repository as repo
+
+if TYPE_CHECKING:
+    from context_engine.engine import ContextEngine
+
+log = logging.getLogger("context_engine.ingest")
+
+Source = bytes | Path | IO[bytes]
+
+
+@dataclass
+class Prepared:
+    mime: str
+    body: str
+    chunks: list[Chunk]
+    meta: dict[str, Any]
+    content_hash: str
+
+
+def open_source(text: str | None, file: Any, name: str | None, cap: int | None) -> tuple[Source, str]:
+    """Resolve the input and apply ``ingest.max_file_bytes`` before reading any content."""
+    if text is not None:
+        if not isinstance(text, str):
+            from context_engine.errors import InvalidRequest
+
+            raise InvalidRequest("text must be a string")
+        data = text.encode("utf-8")
+        _cap(cap, len(data))
+        return data, name or "untitled"
+    if isinstance(file, bytes | bytearray):
+        _cap(cap, len(file))
+        return bytes(file), name or "untitled"
+    if isinstance(file, str | os.PathLike):
+        path = Path(file)
+        _cap(cap, path.stat().st_size)  # answered by stat, before a byte is read
+        return path, name or path.name
+    if hasattr(file, "read"):
+        default = Path(str(getattr(file, "name", "") or "untitled")).name
+        if hasattr(file, "seek") and hasattr(file, "tell") and getattr(file, "seekable", lambda: True)():
+            start = file.tell()
+            file.seek(0, os.SEEK_END)
+            size = file.tell() - start
+            file.seek(start)
+            _cap(cap, size)
+            return file, name or default
+        data = file.read() if cap is None else file.read(cap + 1)
+        _cap(cap, len(data))
+        return data, name or default
+    from context_engine.errors import InvalidRequest
+
+    raise InvalidRequest("file must be bytes, a path or a binary file object")
+
+
+def _cap(cap: int | None, size: int) -> None:
+    if cap is not None and size > cap:
+        raise IngestTooLarge("ingest.max_file_bytes", cap, size)
+
+
+def prepare(
+    source: Source, name: str, mime: str | None, budget: int, count_tokens: Callable[[str], int], max_rows: int | None
+) -> Prepared:
+    """Extract and chunk (CPU work, run in a thread). Raises ExtractionFailed / IngestTooLarge."""
+    from context_engine.ingest.extractors import extract
+
+    extracted = extract(source, name=name, mime=mime, max_rows=max_rows)
+    chunks = list(chunk_units(extracted.units, budget=budget, count_tokens=count_tokens))
+    body = "\n\n".join(c.text for c in chunks)
+    if not body.strip():
+        raise ExtractionFailed("the document contains no text")
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    return Prepared(extracted.mime, body, chunks, dict(extracted.meta), digest)
+
+
+class Ingestor:
+    """Ingest and resume for one engine (shares its pool, embedder, config and hooks)."""
+
+    def __init__(self, engine: ContextEngine):
+        self.engine = engine
+
+    async def ingest(
+        self,
+        source: Source,
+        *,
+        name: str,
+        source_id: str,
+        acl: list[str],
+        attributes: dict[str, Any],
+        mime: str | None,
+        caller: tuple[str, ...] | None,
+    ) -> DocumentReport:
+        engine = self.engine
+        sql = await engine._ready()
+        embedder = engine.embedder
+        hooks = engine.hooks
+        budget = min(engine.config.ingest.chunk_tokens, embedder.max_input_tokens)
+        report = DocumentReport(document_id=None, name=name, source_id=source_id, status="failed")
+
+        await hooks.emit("on_progress", ProgressEvent("extract", "started", name))
+        try:
+            prepared = await asyncio.to_thread(
+                prepare, source, name, mime, budget, embedder.count_tokens, engine.config.ingest.max_rows
+            )
+        except (IngestTooLarge, ImportError):
+            raise
+        except ExtractionFailed as exc:
+            return await self._fail_new(sql, report, mime, acl, attributes, exc.reason, str(exc), caller)
+        report.mime, report.pages, report.pages_source = (
+            prepared.mime,
+            prepared.meta.get("pages"),
+            prepared.meta.get("pages_source"),
+        )
+        await hooks.emit(
+            "on_progress",
+            ProgressEvent("extract", "done", name, detail={"pages": report.pages, "pages_source": report.pages_source}),
+        )
+        await hooks.emit("on_progress", ProgressEvent("chunk", "done", name, detail={"chunks": len(prepared.chunks)}))
+
+        too_large = [
+            i for i, c in enumerate(prepared.chunks) if embedder.count_tokens(c.text) > embedder.max_input_tokens
+        ]
+        if too_large:
+            message = (
+                f"chunk {too_large[0]} is larger than the embedding model's per-input cap of "
+                f"{embedder.max_input_tokens} tokens"
+            )
+            return await self._fail_new(sql, report, prepared.mime, acl, attributes, "input_too_large", message, caller)
+
+        lock_conn = await sql.connect()
+        try:
+            async with sql.connect() as conn:
+                existing = await repo.find_by_identity(conn, source_id, name)
+            if existing is not None and not await self._visible(sql, str(existing["id"]), caller):
+                raise Forbidden("you may not replace a document under this name in this source")
+            if (
+                existing is not None
+                and existing["content_hash"] == prepared.content_hash
+                and existing["status"] == ("completed")
+            ):
+                return report.model_copy(
+                    update={
+                        "document_id": str(existing["id"]),
+                        "status": "skipped",
+                        "skip_reason": "unchanged",
+                        "version": existing["version"],
+                    }
+                )
+            if not await repo.try_session_lock(lock_conn, source_id, name):
+                return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
+            try:
+                return await self._write_and_embed(sql, report, prepared, source_id, name, acl, attributes)
+            finally:
+                await repo.release_session_lock(lock_conn, source_id, name)
+        finally:
+            await lock_conn.close()
+
+    async def _write_and_embed(
+        self,
+        sql: AsyncEngine,
+        report: DocumentReport,
+        prepared: Prepared,
+        source_id: str,
+        name: str,
+        acl: list[str],
+        attributes: dict[str, Any],
+    ) -> DocumentReport:
+        engine = self.engine
+        key = engine.embedder.key
+        async with sql.begin() as conn:
+            # re-read under the lock: another run may have finished while we extracted
+            existing = await repo.find_by_identity(conn, source_id, name)
+            if (
+                existing is not None
+                and existing["content_hash"] == prepared.content_hash
+                and existing["status"] == ("completed")
+            ):
+                return report.model_copy(
+                    update={"document_id": str(existing["id"]), "status": "skipped", "skip_reason": "unchanged"}
+                )
+            existing_id = str(existing["id"]) if existing else None
+            reusable = await repo.reusable_hashes(conn, existing_id, key) if existing_id else set()
+            rows = [
+                repo.ChunkRow(
+                    position=i,
+                    text=c.text,
+                    text_hash=hashlib.sha256(normalise(c.text).encode()).hexdigest(),
+                    section=c.section,
+                    page=c.page,
+                    kind=c.kind,
+                    meta=c.meta,
+                    embedding=None,
+                )
+                for i, c in enumerate(prepared.chunks)
+            ]
+            reused = sum(1 for r in rows if r.text_hash in reusable)
+            meta = dict(prepared.meta)
+            meta["embedding_progress"] = {"done": 0, "total": len(rows) - reused, "tokens": 0}
+            doc_id, version, revision = await repo.write_document(
+                conn,
+                existing_id=existing_id,
+                source_id=source_id,
+                name=name,
+                mime=prepared.mime,
+                body=prepared.body,
+                acl=acl,
+                attributes=attributes,
+                content_hash=prepared.content_hash,
+                meta=meta,
+                chunks=rows,
+                embedding_key=key,
+                text_search_config=engine._text_search_config,
+                status="embedding",
+            )
+        report = report.model_copy(
+            update={"document_id": doc_id, "version": version, "revision": revision, "chunks": len(rows)}
+        )
+        return await self._embed_pending(sql, report, reused=reused)
+
+    async def _embed_pending(self, sql: AsyncEngine, report: DocumentReport, *, reused: int = 0) -> DocumentReport:
+        """Embed the current version's rows that still lack a vector; store each batch as it lands."""
+        engine = self.engine
+        embedder, hooks = engine.embedder, engine.hooks
+        doc_id = report.document_id
+        assert doc_id is not None
+        async with sql.connect() as conn:
+            pending = await repo.pending_chunks(conn, doc_id)
+        items = [batching.Item(cid, text, embedder.count_tokens(text)) for cid, text in pending]
+        progress = {"done": 0, "total": len(items), "tokens": 0}
+        await hooks.emit("on_progress", ProgressEvent("embed", "started", report.name, doc_id, dict(progress)))
+
+        async def store(batch: list[batching.Item], vectors: list[list[float]]) -> None:
+            async with sql.begin() as conn:
+                await repo.store_vectors(conn, [i.key for i in batch], vectors, embedder.key)
+                progress["done"] += len(batch)
+                progress["tokens"] += sum(i.tokens for i in batch)
+                await repo.set_embedding_progress(conn, doc_id, progress)
+            await hooks.emit("on_progress", ProgressEvent("embed", "progress", report.name, doc_id, dict(progress)))
+
+        max_items, max_tokens = batching.batch_limits(engine.config.embedding, embedder.provider)
+        try:
+            stats = await batching.run(
+                embedder,
+                items,
+                max_items=max_items,
+                max_tokens=max_tokens,
+                concurrency=engine.config.embedding.max_concurrency,
+                on_batch=store,
+            )
+        except (ProviderError, InputTooLarge, ContextEngineError) as exc:
+            reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
+            return await self._fail_embedding(sql, report, reason, str(exc), progress)
+        except Exception as exc:
+            log.exception("embedding failed for document %s", doc_id)
+            return await self._fail_embedding(sql, report, "unknown", str(exc), progress)
+        async with sql.begin() as conn:
+            await repo.finish_embedding(conn, doc_id, progress)
+        await hooks.emit("on_progress", ProgressEvent("embed", "done", report.name, doc_id, dict(progress)))
+        await hooks.emit(
+            "on_usage",
+            UsageEvent(
+                "ingest",
+                units=report.chunks,
+                document_id=doc_id,
+                detail={
+                    "mode": "hybrid",
+                    "mode_reason": None,
+                    "pages": report.pages,
+                    "pages_source": report.pages_source,
+                    "chunks": report.chunks,
+                    "embedded": stats.embedded,
+                    "reused": reused,
+                    "requests": stats.requests,
+                    "tokens": stats.tokens,
+                    "halvings": stats.halvings,
+                },
+            ),
+        )
+        log.info(
+            "embed: document=%s chunks=%d reused=%d embedded=%d requests=%d tokens=%d halvings=%d",
+            doc_id,
+            report.chunks,
+            reused,
+            stats.embedded,
+            stats.requests,
+            stats.tokens,
+            stats.halvings,
+        )
+        return report.model_copy(
+            update={"status": "completed", "failure_reason": None, "failure_message": None, "error": None}
+        )
+
+    async def _fail_embedding(
+        self, sql: AsyncEngine, report: DocumentReport, reason: str, error: str, progress: dict[str, int]
+    ) -> DocumentReport:
+        doc_id = report.document_id
+        assert doc_id is not None
+        async with sql.begin() as conn:
+            await repo.mark_embedding_failed(conn, doc_id, status="embedding", failure_reason=reason, error=error)
+            await repo.set_embedding_progress(conn, doc_id, progress)
+        await self.engine.hooks.emit("on_error", ErrorEvent("embed", report.name, doc_id, reason, error))
+        return report.model_copy(
+            update={
+                "status": "embedding",
+                "failure_reason": reason,
+                "failure_message": FAILURE_MESSAGES[reason],
+                "error": error,
+            }
+        )
+
+    async def resume(self, document_id: str | None) -> list[DocumentReport]:
+        """Finish documents left in ``embedding``; a run still holding its lock is left alone."""
+        sql = await self.engine._ready()
+        async with sql.connect() as conn:
+            docs = await repo.resumable_documents(conn, document_id)
+        reports: list[DocumentReport] = []
+        for doc in docs:
+            lock_conn = await sql.connect()
+            try:
+                if not await repo.try_session_lock(lock_conn, doc["source_id"], doc["name"]):
+                    reports.append(
+                        DocumentReport(
+                            document_id=str(doc["id"]),
+                            name=doc["name"],
+                            source_id=doc["source_id"],
+                            status="skipped",
+                            skip_reason="in_progress",
+                        )
+                    )
+                    continue
+                try:
+                    async with sql.connect() as conn:
+                        still = await repo.resumable_documents(conn, str(doc["id"]))
+                    if not still:
+                        continue
+                    base = DocumentReport(
+                        document_id=str(doc["id"]),
+                        name=doc["name"],
+                        source_id=doc["source_id"],
+                        status="embedding",
+                        version=doc["version"],
+                    )
+                    async with sql.connect() as conn:
+                        base.chunks = await repo.current_chunk_count(conn, str(doc["id"]))
+                    reports.append(await self._embed_pending(sql, base))
+                finally:
+                    await repo.release_session_lock(lock_conn, doc["source_id"], doc["name"])
+            finally:
+                await lock_conn.close()
+        return reports
+
+    async def _fail_new(
+        self,
+        sql: AsyncEngine,
+        base: DocumentReport,
+        mime: str | None,
+        acl: list[str],
+        attributes: dict[str, Any],
+        reason: str,
+        error: str,
+        caller: tuple[str, ...] | None,
+    ) -> DocumentReport:
+        """Record a document that could not be processed; nothing else is written."""
+        mime = mime or "application/octet-stream"
+        async with sql.begin() as conn:
+            found = await repo.find_by_identity(conn, base.source_id, base.name)
+            existing_id = None
+            if found is not None:
+                if not await self._visible(sql, str(found["id"]), caller):
+                    raise Forbidden("you may not replace a document under this name in this source")
+                existing_id = str(found["id"])
+            doc_id, revision = await repo.write_failed(
+                conn,
+                existing_id=existing_id,
+                source_id=base.source_id,
+                name=base.name,
+                mime=mime,
+                acl=acl,
+                attributes=attributes,
+                failure_reason=reason,
+                error=error,
+            )
+        await self.engine.hooks.emit("on_error", ErrorEvent("extract", base.name, doc_id, reason, error))
+        return base.model_copy(
+            update={
+                "document_id": doc_id,
+                "status": "failed",
+                "revision": revision,
+                "failure_reason": reason,
+                "failure_message": FAILURE_MESSAGES[reason],
+                "error": error,
+                "mime": mime,
+            }
+        )
+
+    async def _visible(self, sql: AsyncEngine, document_id: str, caller: tuple[str, ...] | None) -> bool:
+        return await repo.get_document(sql, document_id, Scope(caller), with_text=False) is not None

@@ -1,0 +1,260 @@
+"""The embedding pipeline over real HTTP: stored before embedded, resumable, paid once, raced."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from context_engine import TRUSTED, ContextEngine, IngestTooLarge
+from context_engine.hooks import Hooks, ProgressEvent, UsageEvent
+from tests.conftest import make_config
+from tests.fakes.http_server import FakeHTTPServer, Target, fake_openai_embeddings, fake_http_server  # noqa: F401
+
+DIM = 8
+
+
+def _inputs(server: FakeHTTPServer) -> list[list[str]]:
+    return [r.json()["input"] for r in server.requests_to("/v1/embeddings") if r.json()]
+
+
+def _config(database_url: str, server: FakeHTTPServer, **embedding: Any) -> Any:
+    settings = {
+        "provider": "custom",
+        "base_url": server.url("/v1"),
+        "model": "fake-embed",
+        "dim": DIM,
+        "api_key": "test-key",
+        "max_retries": 0,
+        "max_concurrency": 1,
+    }
+    settings.update(embedding)
+    return make_config(database_url, embedding=settings)
+
+
+@pytest.fixture
+async def remote_engine(database_url: str, fake_http_server: FakeHTTPServer) -> AsyncIterator[ContextEngine]:  # noqa: F811
+    fake_http_server.route("POST", "/v1/embeddings", fake_openai_embeddings(DIM))
+    async with ContextEngine(_config(database_url, fake_http_server, max_batch_items=4)) as engine:
+        yield engine
+
+
+def _sections(n: int, changed: int | None = None) -> str:
+    """A document whose every section is its own chunk."""
+    parts = []
+    for i in range(n):
+        body = f"Paragraph {i} describes topic number {i} in plain words."
+        if i == changed:
+            body = f"Paragraph {i} now says something entirely different about item {i}."
+        parts.append(f"# Section {i}\n\n{body}")
+    return "\n\n".join(parts)
+
+
+async def test_failure_mid_document_is_resumable_and_no_batch_is_paid_twice(
+    database_url: str,
+    fake_http_server: FakeHTTPServer,  # noqa: F811
+) -> None:
+    ok = fake_openai_embeddings(DIM)
+    state = {"calls": 0, "broken": True}
+
+    def flaky(body: Any, headers: dict[str, str], target: Target) -> Any:
+        state["calls"] += 1
+        if state["broken"] and state["calls"] == 3:
+            return 503, {}, {"error": {"message": "upstream overloaded"}}
+        return ok(body, headers, target)
+
+    fake_http_server.route("POST", "/v1/embeddings", flaky)
+    async with ContextEngine(_config(database_url, fake_http_server, max_batch_items=4)) as engine:
+        report = (await engine.ingest(text=_sections(12), name="long")).documents[0]
+        assert report.status == "embedding"
+        assert report.failure_reason == "provider_unavailable"
+        doc = await engine.get_document(report.document_id, principals=TRUSTED)
+        assert doc.status == "embedding"
+        progress = doc.meta["embedding_progress"]
+        assert (progress["done"], progress["total"]) == (8, 12)
+        # the text legs already see every chunk, the vector leg only the embedded ones
+        usage = (await engine.search("topic", principals=TRUSTED, top_k=3)).usage
+        assert usage["leg_hits"]["fts"] == 12 and usage["leg_hits"]["vector"] == 8
+
+        state["broken"] = False
+        resumed = (await engine.resume_embeddings(report.document_id)).documents[0]
+        assert resumed.status == "completed"
+        doc = await engine.get_document(report.document_id, principals=TRUSTED)
+        assert doc.status == "completed" and doc.failure_reason is None and doc.error is None
+
+    batches = [b for b in _inputs(fake_http_server) if b != ["topic"]]  # drop the search's query embedding
+    refused = batches[2]
+    accepted = batches[:2] + batches[3:]
+    accepted_texts = [t for batch in accepted for t in batch]
+    # every chunk was paid for exactly once; the refused batch was the only one sent again
+    assert len(accepted_texts) == len(set(accepted_texts)) == 12
+    assert sorted(batches[3]) == sorted(refused)
+
+
+async def test_reingest_pays_only_for_the_changed_chunk(
+    remote_engine: ContextEngine,
+    fake_http_server: FakeHTTPServer,  # noqa: F811
+) -> None:
+    first = (await remote_engine.ingest(text=_sections(100), name="handbook")).documents[0]
+    assert first.status == "completed" and first.chunks == 100
+    fake_http_server.clear()
+    second = (await remote_engine.ingest(text=_sections(100, changed=37), name="handbook")).documents[0]
+    assert second.status == "completed" and second.version == 2
+    assert _inputs(fake_http_server) == [[second_text(37)]]
+    db = await remote_engine._ready()
+    async with db.connect() as conn:
+        missing = await conn.scalar(
+            text(
+                "SELECT count(*) FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL "
+                "AND embedding IS NULL"
+            ),
+            {"d": first.document_id},
+        )
+    assert missing == 0
+
+
+def second_text(i: int) -> str:
+    return f"Paragraph {i} now says something entirely different about item {i}."
+
+
+async def test_batch_rejected_for_size_is_halved(database_url: str, fake_http_server: FakeHTTPServer) -> None:  # noqa: F811
+    ok = fake_openai_embeddings(DIM)
+
+    def small_batches_only(body: Any, headers: dict[str, str], target: Target) -> Any:
+        if len(body["input"]) > 2:
+            return 400, {}, {"error": {"message": "too many inputs in the batch"}}
+        return ok(body, headers, target)
+
+    fake_http_server.route("POST", "/v1/embeddings", small_batches_only)
+    events: list[UsageEvent] = []
+    async with ContextEngine(
+        _config(database_url, fake_http_server, max_batch_items=8), hooks=Hooks(on_usage=events.append)
+    ) as engine:
+        report = (await engine.ingest(text=_sections(8), name="doc")).documents[0]
+    assert report.status == "completed"
+    batches = _inputs(fake_http_server)
+    assert len(batches[0]) == 8  # the planned batch, refused
+    accepted = [t for b in batches if len(b) <= 2 for t in b]
+    assert len(accepted) == len(set(accepted)) == 8
+    assert events[0].detail["halvings"] >= 1
+    assert events[0].detail["embedded"] == 8
+
+
+async def test_racing_ingests_have_one_winner(database_url: str, fake_http_server: FakeHTTPServer) -> None:  # noqa: F811
+    ok = fake_openai_embeddings(DIM)
+
+    def slow(body: Any, headers: dict[str, str], target: Target) -> Any:
+        time.sleep(0.3)
+        return ok(body, headers, target)
+
+    fake_http_server.route("POST", "/v1/embeddings", slow)
+    async with ContextEngine(_config(database_url, fake_http_server, max_batch_items=2)) as engine:
+        a, b = await asyncio.gather(
+            engine.ingest(text=_sections(6), name="same"), engine.ingest(text=_sections(6), name="same")
+        )
+        statuses = sorted([a.documents[0].status, b.documents[0].status])
+        assert statuses == ["completed", "skipped"]
+        loser = a.documents[0] if a.documents[0].status == "skipped" else b.documents[0]
+        assert loser.skip_reason == "in_progress"
+        db = await engine._ready()
+        async with db.connect() as conn:
+            docs = await conn.scalar(text("SELECT count(*) FROM ce_documents"))
+            versions = await conn.scalar(text("SELECT count(*) FROM ce_document_versions"))
+            chunks = await conn.scalar(text("SELECT count(*) FROM ce_chunks"))
+    assert (docs, versions, chunks) == (1, 1, 6)
+
+
+async def test_progress_and_usage_hooks(remote_engine: ContextEngine) -> None:
+    progress: list[ProgressEvent] = []
+    usage: list[UsageEvent] = []
+    remote_engine.hooks = Hooks(on_progress=progress.append, on_usage=usage.append)
+    await remote_engine.ingest(text=_sections(9), name="doc")
+    seen = [(e.stage, e.state) for e in progress]
+    assert seen[0] == ("extract", "started")
+    assert ("extract", "done") in seen and ("chunk", "done") in seen
+    assert seen[-1] == ("embed", "done")
+    assert [e.detail["done"] for e in progress if e.state == "progress"] == [4, 8, 9]
+    assert usage[0].kind == "ingest"
+    assert usage[0].detail["mode"] == "hybrid" and "mode_reason" in usage[0].detail
+    assert "pages_source" in usage[0].detail
+
+
+async def test_hook_errors_never_fail_an_ingest(remote_engine: ContextEngine) -> None:
+    def boom(_event: object) -> None:
+        raise RuntimeError("observer bug")
+
+    remote_engine.hooks = Hooks(on_progress=boom, on_usage=boom)
+    report = (await remote_engine.ingest(text=_sections(2), name="doc")).documents[0]
+    assert report.status == "completed"
+
+
+async def test_rejected_provider_failure_and_later_success_clears_it(
+    database_url: str,
+    fake_http_server: FakeHTTPServer,  # noqa: F811
+) -> None:
+    ok = fake_openai_embeddings(DIM)
+    state = {"reject": True}
+
+    def gate(body: Any, headers: dict[str, str], target: Target) -> Any:
+        if state["reject"]:
+            return 401, {}, {"error": {"message": "invalid api key test-key"}}
+        return ok(body, headers, target)
+
+    fake_http_server.route("POST", "/v1/embeddings", gate)
+    async with ContextEngine(_config(database_url, fake_http_server)) as engine:
+        report = (await engine.ingest(text=_sections(2), name="doc")).documents[0]
+        assert report.failure_reason == "provider_rejected"
+        assert "test-key" not in (report.error or "")
+        anon = await engine.get_document(report.document_id, principals=[])
+        assert anon.error is None and anon.failure_message
+        state["reject"] = False
+        await engine.resume_embeddings()
+        doc = await engine.get_document(report.document_id, principals=TRUSTED)
+        assert doc.status == "completed" and doc.failure_reason is None and doc.failure_message is None
+
+
+async def test_sweep_skips_a_run_that_is_still_moving(
+    database_url: str,
+    fake_http_server: FakeHTTPServer,  # noqa: F811
+) -> None:
+    ok = fake_openai_embeddings(DIM)
+    release = threading.Event()
+
+    def held(body: Any, headers: dict[str, str], target: Target) -> Any:
+        release.wait(10)
+        return ok(body, headers, target)
+
+    fake_http_server.route("POST", "/v1/embeddings", held)
+    async with ContextEngine(_config(database_url, fake_http_server)) as engine:
+        running = asyncio.create_task(engine.ingest(text=_sections(3), name="doc"))
+        for _ in range(100):  # wait until the run has stored its chunks and is embedding
+            await asyncio.sleep(0.05)
+            if fake_http_server.requests:
+                break
+        sweep = await engine.resume_embeddings()
+        release.set()
+        finished = await running
+    assert [d.skip_reason for d in sweep.documents] == ["in_progress"]
+    assert finished.documents[0].status == "completed"
+
+
+async def test_intake_caps_refuse_before_writing(database_url: str, tmp_path: Any) -> None:
+    config = make_config(database_url, ingest={"max_file_bytes": 100, "max_rows": 3})
+    async with ContextEngine(config) as engine:
+        big = tmp_path / "big.txt"
+        big.write_text("x" * 101)
+        with pytest.raises(IngestTooLarge) as refused:
+            await engine.ingest(file=big)
+        assert (refused.value.knob, refused.value.limit, refused.value.actual) == ("ingest.max_file_bytes", 100, 101)
+        rows = tmp_path / "rows.csv"
+        rows.write_text("a,b\n1,2\n3,4\n5,6\n7,8\n")
+        with pytest.raises(IngestTooLarge) as too_many:
+            await engine.ingest(file=rows)
+        assert (too_many.value.knob, too_many.value.limit, too_many.value.actual) == ("ingest.max_rows", 3, 4)
+        assert (await engine.stats(principals=TRUSTED)).documents == 0
+        assert await engine.revision() == 0
