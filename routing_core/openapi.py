@@ -20,7 +20,10 @@ _ERRORS = {
     "403": "The caller may not file a document under that ACL",
     "404": "Not found, or not visible to the caller (the two are indistinguishable)",
     "413": "Body or file over the configured size",
+    "405": "Method not allowed on this path",
     "500": "Server error (including a principals resolver that returned None)",
+    "502": "An outbound provider (embeddings) failed",
+    "503": "The database is unavailable",
 }
 
 

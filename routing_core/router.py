@@ -174,7 +174,8 @@ class Router:
         """Dispatch one request; every failure becomes the JSON error contract, never a trace."""
         route, params = self._match(request.method, request.path)
         if route is None:
-            allowed = [r.method for r in self.routes if r.pattern.match(request.path)]
+            stripped = request.path.rstrip("/") or "/"
+            allowed = [r.method for r in self.routes if r.pattern.match(stripped)]
             if allowed:
                 return error(
                     405,
@@ -190,7 +191,10 @@ class Router:
                 return error(401, "unauthorized", str(exc) or "authentication failed")
             if allowed is False or allowed is None:
                 return error(401, "unauthorized", "missing or invalid credentials")
-            resolved = await _call(self._principals, request.native)
+            try:
+                resolved = await _call(self._principals, request.native)
+            except AuthError as exc:
+                return error(401, "unauthorized", str(exc) or "authentication failed")
             if resolved is None:
                 log.error("principals resolver returned None; refusing the request")
                 return error(
@@ -199,9 +203,12 @@ class Router:
                     "the principals resolver returned None; return a list (or TRUSTED), never None",
                 )
             if resolved is not TRUSTED:
-                if isinstance(resolved, str) or not all(isinstance(p, str) for p in resolved):
-                    return error(500, "principals_unresolved", "the principals resolver must return a list of strings")
-                resolved = tuple(resolved)
+                values = list(resolved) if isinstance(resolved, list | tuple | set | frozenset) else None
+                if values is None or not all(isinstance(p, str) for p in values):
+                    return error(
+                        500, "principals_unresolved", "the principals resolver must return a list of strings or TRUSTED"
+                    )
+                resolved = tuple(values)
             caller = Caller(resolved)
             handler: Callable[..., Awaitable[CoreResponse]] = getattr(self, f"_{route.handler}")
             return await handler(request, caller, **params)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -24,10 +23,7 @@ _servers: dict[Path, object] = {}
 
 
 def default_data_dir() -> Path:
-    """``$CE_DATA_DIR`` or the platform's per-user data directory."""
-    env = os.environ.get("CE_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
+    """The platform's per-user data directory (``storage.data_dir`` overrides it)."""
     import platformdirs
 
     return platformdirs.user_data_path("context-engine")

@@ -487,7 +487,14 @@ async def stats(db: AsyncEngine, scope: Scope) -> dict[str, Any]:
             text(f"SELECT count(*) FROM ce_chunks c WHERE c.valid_to IS NULL AND {scope.predicate('c', chunk_params)}"),
             chunk_params,
         )
-        revision = await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1"))
+        if scope.principals is None and scope.source_ids is None:
+            revision = await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1"))
+        else:  # a scoped caller learns nothing about writes to documents it cannot see
+            rev_params: dict[str, Any] = {}
+            revision = await conn.scalar(
+                text(f"SELECT max(updated_revision) FROM ce_documents d WHERE {_doc_scope(scope, rev_params)}"),
+                rev_params,
+            )
     return {
         "documents": sum(by_status.values()),
         "chunks": int(chunks or 0),
