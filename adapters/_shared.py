@@ -68,6 +68,19 @@ class Prepared:
         return self.auth.passed and self.principals is not None and self.principals.passed
 
 
+def _on_native(value: Any) -> Any:
+    """A host callable receives the framework's request, not the adapter's wrapper."""
+    if value is None or not callable(value) or isinstance(value, type):
+        return value
+    if hasattr(value, "model_fields"):  # a policy object, not a resolver
+        return value
+
+    def resolve(prepared: Prepared) -> Any:
+        return value(prepared.native)
+
+    return resolve
+
+
 def _replay_auth(prepared: Prepared) -> Any:
     return prepared.auth.replay()
 
@@ -91,13 +104,22 @@ class Mount:
         auth: AuthCallable,
         principals: PrincipalsCallable,
         max_json_bytes: int,
+        redaction: Any = None,
+        redaction_secret_key: Any = None,
     ):
         # the router checks the host's callables and names what is missing
         Router(engine, auth=auth, principals=principals, max_json_bytes=max_json_bytes)
         self.engine = engine
         self._auth = auth
         self._principals = principals
-        self.router = Router(engine, auth=_replay_auth, principals=_replay_principals, max_json_bytes=max_json_bytes)
+        self.router = Router(
+            engine,
+            auth=_replay_auth,
+            principals=_replay_principals,
+            max_json_bytes=max_json_bytes,
+            redaction=_on_native(redaction),
+            redaction_secret_key=_on_native(redaction_secret_key),
+        )
 
     # ------------------------------------------------------------------ routing
     @staticmethod

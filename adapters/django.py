@@ -32,10 +32,19 @@ def create_django_urlpatterns(
     auth: AuthCallable,
     principals: PrincipalsCallable,
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
+    redaction: Any = None,
+    redaction_secret_key: Any = None,
     name: str = "context_engine",
 ) -> list[URLPattern]:
     """URL patterns for ``include()``; ``auth`` and ``principals`` receive Django's ``HttpRequest``."""
-    mount = _shared.Mount(engine, auth=auth, principals=principals, max_json_bytes=max_json_bytes)
+    mount = _shared.Mount(
+        engine,
+        auth=auth,
+        principals=principals,
+        max_json_bytes=max_json_bytes,
+        redaction=redaction,
+        redaction_secret_key=redaction_secret_key,
+    )
     patterns: list[URLPattern] = []
     for template, _methods in mount.templates():
         route = template.lstrip("/").replace("{", "<str:").replace("}", ">")

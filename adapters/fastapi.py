@@ -29,9 +29,18 @@ def create_router(
     auth: AuthCallable,
     principals: PrincipalsCallable,
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
+    redaction: Any = None,
+    redaction_secret_key: Any = None,
 ) -> APIRouter:
     """The routes as an ``APIRouter``; ``auth`` and ``principals`` receive the starlette ``Request``."""
-    mount = _shared.Mount(engine, auth=auth, principals=principals, max_json_bytes=max_json_bytes)
+    mount = _shared.Mount(
+        engine,
+        auth=auth,
+        principals=principals,
+        max_json_bytes=max_json_bytes,
+        redaction=redaction,
+        redaction_secret_key=redaction_secret_key,
+    )
     api = APIRouter()
     spec = build_openapi()
 

@@ -45,9 +45,18 @@ def create_flask_blueprint(
     principals: PrincipalsCallable,
     name: str = "context_engine",
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
+    redaction: Any = None,
+    redaction_secret_key: Any = None,
 ) -> flask.Blueprint:
     """The routes as a ``Blueprint``; ``auth`` and ``principals`` receive Flask's request object."""
-    mount = _shared.Mount(engine, auth=auth, principals=principals, max_json_bytes=max_json_bytes)
+    mount = _shared.Mount(
+        engine,
+        auth=auth,
+        principals=principals,
+        max_json_bytes=max_json_bytes,
+        redaction=redaction,
+        redaction_secret_key=redaction_secret_key,
+    )
     bp = flask.Blueprint(name, __name__)
     bp.record_once(lambda state: state.app.url_map.converters.setdefault(_REST_CONVERTER, _RestConverter))
     # no automatic OPTIONS and no slash redirects: every request under the mount reaches a view

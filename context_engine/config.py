@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from context_engine.redaction import RedactionPolicy
+
 _STRICT = ConfigDict(extra="forbid", validate_assignment=True)
 
 EmbeddingProvider = Literal["local", "openai", "azure_openai", "custom", "cohere", "voyage"]
@@ -235,8 +237,12 @@ class ContextEngineConfig(BaseSettings):
     #: the rerank judge; ``None`` = the LLM judge when ``llm`` is set, else no rerank
     rerank: RerankConfig | None = None
     knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
-    #: general secret (hash keys fall back to it)
+    #: general secret (redaction hash keys fall back to it, with a warning)
     secret_key: SecretStr | None = None
+    #: the engine-wide redaction policy; the default has no rules and changes nothing
+    redaction: RedactionPolicy = Field(default_factory=RedactionPolicy)
+    #: HMAC key for ``hash`` redaction rules
+    redaction_secret_key: SecretStr | None = None
 
     @classmethod
     def from_env(cls) -> ContextEngineConfig:

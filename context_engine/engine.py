@@ -8,6 +8,7 @@ server handle.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import time
@@ -42,6 +43,8 @@ from context_engine.models import (
     Stats,
 )
 from context_engine.principals import TRUSTED, holds_acl, resolve
+from context_engine.redaction import RedactionPolicy
+from context_engine.redaction.apply import IngestScrubber, Redactor, effective_key
 from context_engine.retrieval import fusion, legs, query_shape
 from context_engine.retrieval.legs import Scope
 from context_engine.storage import repository as repo
@@ -76,6 +79,41 @@ class ContextEngine:
         self.hooks = hooks or Hooks()
         self._ingestor = Ingestor(self)
         self._text_search_config = self.config.search.text_search_config
+        #: the engine a view was made from (itself for an engine)
+        self._root: ContextEngine = self
+        self._policy: RedactionPolicy = self.config.redaction
+        self._policy_key = effective_key(
+            self._policy, None, self.config.redaction_secret_key, self.config.secret_key
+        )
+
+    def with_redaction(self, policy: RedactionPolicy, *, secret_key: str | bytes | None = None) -> ContextEngine:
+        """A view applying ``policy`` (and hashing with ``secret_key``) on every method.
+
+        It shares this engine's pool, providers and hooks; closing it closes nothing.
+        """
+        if not isinstance(policy, RedactionPolicy):
+            raise TypeError("policy must be a RedactionPolicy")
+        view = copy.copy(self)
+        view._root = self._root
+        view._policy = policy
+        view._policy_key = effective_key(policy, secret_key, self.config.redaction_secret_key, self.config.secret_key)
+        view._ingestor = Ingestor(view)
+        return view
+
+    def _redactor(
+        self, caller: tuple[str, ...] | None, redaction: RedactionPolicy | None, key: str | bytes | None
+    ) -> Redactor:
+        """The output redaction for one call: a per-call pair wins over the engine's or view's."""
+        if redaction is None:
+            return Redactor(self._policy, key if key is not None else self._policy_key, caller)
+        resolved = effective_key(
+            redaction, key if key is not None else self._policy_key, self.config.redaction_secret_key,
+            self.config.secret_key,
+        )
+        return Redactor(redaction, resolved, caller)
+
+    def _scrubber(self) -> IngestScrubber:
+        return IngestScrubber(self._policy, self._policy_key)
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> ContextEngine:
@@ -85,6 +123,8 @@ class ContextEngine:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._root is not self:
+            return  # a view owns nothing
         if self._embedder is not None and self._owns_embedder:
             await self._embedder.aclose()
             self._embedder = None
@@ -92,6 +132,8 @@ class ContextEngine:
 
     @property
     def embedder(self) -> Embedder:
+        if self._root is not self:
+            return self._root.embedder
         if self._embedder is None:
             from context_engine.embeddings.factory import build_embedder
 
@@ -100,6 +142,10 @@ class ContextEngine:
 
     async def _ready(self) -> AsyncEngine:
         """The pool for the running loop; migrates (or checks) the schema once per engine."""
+        if self._root is not self:
+            sql = await self._root._ready()
+            self._text_search_config = self._root._text_search_config
+            return sql
         sql = await self._db.engine()
         if not self._schema_checked:
             if self._db.embedded or self.config.storage.auto_migrate:
@@ -165,6 +211,9 @@ class ContextEngine:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise InvalidRequest("name must be a non-empty string")
         source, name = open_source(text, file, name, self.config.ingest.max_file_bytes)
+        scrub = self._scrubber()
+        name = scrub.text(name)
+        attributes = scrub.obj(dict(attributes or {}))
         if text is not None and mime is None:
             mime = "text/html" if name.lower().endswith((".html", ".htm")) else "text/markdown"
         report = await self._ingestor.ingest(
@@ -172,10 +221,13 @@ class ContextEngine:
             name=name,
             source_id=source_id,
             acl=acl_list,
-            attributes=dict(attributes or {}),
+            attributes=attributes,
             mime=mime,
             caller=caller,
         )
+        red = self._redactor(caller, None, None)
+        report.name = red.text(report.name) or report.name
+        report.error = red.text(report.error)
         return _totals([report])
 
     async def resume_embeddings(self, document_id: str | None = None) -> IngestReport:
@@ -195,12 +247,19 @@ class ContextEngine:
         document_ids: Sequence[str] | None = None,
         principals: Iterable[str] | object | None = None,
         top_k: int = 10,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
     ) -> SearchResult:
-        """Hybrid search: full-text, trigram and vector legs fused by weighted RRF."""
+        """Hybrid search: full-text, trigram and vector legs fused by weighted RRF.
+
+        Hits are redacted by the output policy (the engine's, the view's, or this call's)
+        before they are returned.
+        """
         started = time.perf_counter()
         query = _check_query(query)
         top_k = _check_top_k(top_k, self.config.search.max_top_k)
         caller = resolve(principals)  # type: ignore[arg-type]
+        red = self._redactor(caller, redaction, redaction_secret_key)
         scope = Scope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids))
         sql = await self._ready()
         cfg, weights = self.config.search, self.config.fusion.weights
@@ -262,13 +321,13 @@ class ContextEngine:
         hits = [
             Hit(
                 document_id=str(row["document_id"]),
-                document_name=row["document_name"],
-                chunk_text=row["text"],
+                document_name=red.text(row["document_name"]),
+                chunk_text=red.text(row["text"]),
                 score=round(score, 6),
                 source_id=row["source_id"],
                 chunk_idx=row["position"],
                 chunk_id=cid,
-                section=row["section"],
+                section=red.text(row["section"]),
                 page=row["page"],
                 matched_by=[leg for leg in ("fts", "trigram", "vector") if cid in found_by.get(leg, set())],
                 similarity=round(similarity[cid], 6) if cid in similarity else None,
@@ -291,14 +350,21 @@ class ContextEngine:
 
     # ------------------------------------------------------------------ documents
     async def get_document(
-        self, document_id: str, *, principals: Iterable[str] | object | None = None, include_text: bool = True
+        self,
+        document_id: str,
+        *,
+        principals: Iterable[str] | object | None = None,
+        include_text: bool = True,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
     ) -> Document:
         caller = resolve(principals)  # type: ignore[arg-type]
+        red = self._redactor(caller, redaction, redaction_secret_key)
         doc_id = _check_uuid(document_id)
         row = await repo.get_document(await self._ready(), doc_id, Scope(caller), with_text=include_text)
         if row is None:
             raise NotFound(f"document {document_id} not found")
-        return _document(row, trusted=caller is None)
+        return _document(row, trusted=caller is None, red=red)
 
     async def list_documents(
         self,
@@ -307,8 +373,11 @@ class ContextEngine:
         source_ids: Sequence[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
     ) -> DocumentPage:
         caller = resolve(principals)  # type: ignore[arg-type]
+        red = self._redactor(caller, redaction, redaction_secret_key)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 500:
             raise InvalidRequest("limit must be an integer between 1 and 500")
         after = _decode_cursor(cursor) if cursor else None
@@ -317,7 +386,7 @@ class ContextEngine:
         )
         more = len(rows) > limit
         rows = rows[:limit]
-        docs = [_document(r, trusted=caller is None) for r in rows]
+        docs = [_document(r, trusted=caller is None, red=red) for r in rows]
         next_cursor = _encode_cursor(rows[-1]) if more and rows else None
         return DocumentPage(documents=docs, next_cursor=next_cursor)
 
@@ -329,9 +398,16 @@ class ContextEngine:
         acl: Sequence[str] | None = None,
         attributes: dict[str, Any] | None = None,
         name: str | None = None,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
     ) -> Document:
         caller = resolve(principals)  # type: ignore[arg-type]
         doc_id = _check_uuid(document_id)
+        scrub = self._scrubber()  # ingest rules cover what is stored by an update too
+        if attributes is not None:
+            attributes = scrub.obj(attributes)
+        if name is not None and isinstance(name, str):
+            name = scrub.text(name)
         acl_list = _clean_acl(acl) if acl is not None else None
         if acl_list is not None and not holds_acl(acl_list, caller):
             raise Forbidden("you may only file a document under an ACL you hold")
@@ -351,7 +427,11 @@ class ContextEngine:
         if revision is None:
             raise NotFound(f"document {document_id} not found")
         return await self.get_document(
-            doc_id, principals=TRUSTED if caller is None else list(caller), include_text=False
+            doc_id,
+            principals=TRUSTED if caller is None else list(caller),
+            include_text=False,
+            redaction=redaction,
+            redaction_secret_key=redaction_secret_key,
         )
 
     async def delete_document(self, document_id: str, *, principals: Iterable[str] | object | None = None) -> int:
@@ -483,26 +563,26 @@ def _check_uuids(values: Sequence[str] | None) -> list[str] | None:
         raise InvalidRequest("document_ids must be document id strings (UUIDs)") from None
 
 
-def _document(row: dict[str, Any], *, trusted: bool) -> Document:
+def _document(row: dict[str, Any], *, trusted: bool, red: Redactor) -> Document:
     reason = row.get("failure_reason")
     return Document(
         id=str(row["id"]),
-        name=row["name"],
+        name=red.text(row["name"]),
         source_id=row["source_id"],
         mime=row["mime"],
         acl=list(row["acl"]),
-        attributes=row["attributes"] or {},
+        attributes=red.obj(row["attributes"] or {}),
         status=row["status"],
         failure_reason=reason,
         failure_message=FAILURE_MESSAGES.get(reason) if reason else None,
-        error=row.get("error") if trusted else None,
+        error=red.text(row.get("error")) if trusted else None,
         version=row["version"],
         revision=row["updated_revision"],
         chunk_count=row["chunk_count"],
-        meta=row["meta"] or {},
+        meta=red.obj(row["meta"] or {}),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
-        text=row.get("text"),
+        text=red.text(row.get("text")),
     )
 
 

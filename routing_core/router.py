@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from context_engine import ContextEngine
 from context_engine.errors import ContextEngineError
+from context_engine.knowledge.access import KNOWLEDGE_SCOPE, SlidingWindowLimiter, caller_identity, granted_scopes
 from context_engine.principals import TRUSTED
 from routing_core.http import CoreRequest, CoreResponse, error
 from routing_core.schemas import (
@@ -28,6 +29,8 @@ from routing_core.schemas import (
     DocumentPage,
     IngestReport,
     IngestTextBody,
+    KnowledgeQueryBody,
+    KnowledgeResult,
     SearchBody,
     SearchResult,
     Stats,
@@ -50,6 +53,10 @@ class AuthError(Exception):
 @dataclass
 class Caller:
     principals: Any  # tuple of strings, or TRUSTED
+    #: what the host's ``auth`` returned (``True``, or a mapping/object reporting ``scopes``/``identity``)
+    auth: Any = None
+    #: the engine this request runs on: the mounted one, or its per-tenant redaction view
+    engine: Any = None
 
     @property
     def trusted(self) -> bool:
@@ -132,7 +139,15 @@ ROUTES: tuple[Route, ...] = (
         Stats,
         query_params=(("source_id", "string", "restrict to a source; repeatable"),),
     ),
-    # reserved for later routes: /knowledge/query, /tools/execute
+    Route(
+        "POST",
+        "/knowledge/query",
+        "knowledge_query",
+        "Retrieve the passages that best answer a question, with a trace of how they were found",
+        KnowledgeQueryBody,
+        KnowledgeResult,
+    ),
+    # reserved for later routes: /tools/execute
 )
 
 
@@ -153,6 +168,8 @@ class Router:
         auth: AuthCallable,
         principals: PrincipalsCallable,
         max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
+        redaction: Any = None,
+        redaction_secret_key: Any = None,
     ):
         if not callable(auth):
             raise TypeError(
@@ -164,7 +181,11 @@ class Router:
         self._auth = auth
         self._principals = principals
         self.max_json_bytes = max_json_bytes
+        #: host-set per-tenant redaction: a RedactionPolicy (and key), or callables taking the request
+        self._redaction = redaction
+        self._redaction_secret_key = redaction_secret_key
         self.routes = ROUTES
+        self._limiter = SlidingWindowLimiter()  # per-caller window of POST /knowledge/query
 
     @property
     def upload_limit_bytes(self) -> int | None:
@@ -209,7 +230,7 @@ class Router:
                         500, "principals_unresolved", "the principals resolver must return a list of strings or TRUSTED"
                     )
                 resolved = tuple(values)
-            caller = Caller(resolved)
+            caller = Caller(resolved, allowed, await self._engine_for(request))
             handler: Callable[..., Awaitable[CoreResponse]] = getattr(self, f"_{route.handler}")
             return await handler(request, caller, **params)
         except _BadRequest as exc:
@@ -219,6 +240,22 @@ class Router:
         except Exception:
             log.exception("unhandled error in %s %s", request.method, route.path)
             return error(500, "internal_error", "the server failed to handle this request")
+
+    async def _engine_for(self, request: CoreRequest) -> ContextEngine:
+        """The engine for this request: a redaction view when the host set a policy for it.
+
+        The policy and key come from the host (a value, or a callable taking the framework's
+        request) and never from a request field.
+        """
+        policy = self._redaction
+        if callable(policy) and not isinstance(policy, type):
+            policy = await _call(policy, request.native)
+        if policy is None:
+            return self.engine
+        key = self._redaction_secret_key
+        if callable(key):
+            key = await _call(key, request.native)
+        return self.engine.with_redaction(policy, secret_key=key)
 
     def _match(self, method: str, path: str) -> tuple[Route | None, dict[str, str]]:
         path = path.rstrip("/") or "/"
@@ -257,7 +294,7 @@ class Router:
         if request.files or request.form:
             return await self._ingest_upload(request, caller)
         body: IngestTextBody = self._json(request, IngestTextBody)
-        report = await self.engine.ingest(
+        report = await caller.engine.ingest(
             text=body.text,
             name=body.name,
             source_id=body.source_id,
@@ -274,7 +311,7 @@ class Router:
         form = request.form
         acl = _form_list(form.get("acl"), "acl")
         attributes = _form_json(form.get("attributes"), "attributes")
-        report = await self.engine.ingest(
+        report = await caller.engine.ingest(
             file=upload.file,
             name=form.get("name") or upload.filename or "upload",
             source_id=form.get("source_id") or "default",
@@ -293,7 +330,7 @@ class Router:
 
     async def _list_documents(self, request: CoreRequest, caller: Caller) -> CoreResponse:
         limit = _int_param(request, "limit", 50)
-        page = await self.engine.list_documents(
+        page = await caller.engine.list_documents(
             principals=self._principals_arg(caller),
             source_ids=request.query.get("source_id") or None,
             limit=limit,
@@ -305,14 +342,14 @@ class Router:
 
     async def _get_document(self, request: CoreRequest, caller: Caller, document_id: str) -> CoreResponse:
         include_text = _bool_param(request, "include_text", True)
-        doc = await self.engine.get_document(
+        doc = await caller.engine.get_document(
             document_id, principals=self._principals_arg(caller), include_text=include_text
         )
         return CoreResponse(200, doc.model_dump(mode="json"))
 
     async def _update_document(self, request: CoreRequest, caller: Caller, document_id: str) -> CoreResponse:
         body: UpdateDocumentBody = self._json(request, UpdateDocumentBody)
-        doc = await self.engine.update_document(
+        doc = await caller.engine.update_document(
             document_id,
             principals=self._principals_arg(caller),
             acl=body.acl,
@@ -322,12 +359,12 @@ class Router:
         return CoreResponse(200, doc.model_dump(mode="json"))
 
     async def _delete_document(self, request: CoreRequest, caller: Caller, document_id: str) -> CoreResponse:
-        revision = await self.engine.delete_document(document_id, principals=self._principals_arg(caller))
+        revision = await caller.engine.delete_document(document_id, principals=self._principals_arg(caller))
         return CoreResponse(200, DeletedBody(id=document_id, deleted=True, revision=revision).model_dump())
 
     async def _search(self, request: CoreRequest, caller: Caller) -> CoreResponse:
         body: SearchBody = self._json(request, SearchBody)
-        result = await self.engine.search(
+        result = await caller.engine.search(
             body.query,
             source_ids=body.source_ids,
             document_ids=body.document_ids,
@@ -336,8 +373,29 @@ class Router:
         )
         return CoreResponse(200, result.model_dump(mode="json"))
 
+    async def _knowledge_query(self, request: CoreRequest, caller: Caller) -> CoreResponse:
+        """403 without the ``knowledge`` scope, 429 past ``knowledge.rate_limit_per_minute``, then the query."""
+        scopes = granted_scopes(caller.auth)
+        if scopes is not None and KNOWLEDGE_SCOPE not in scopes:
+            return error(403, "scope_denied", f"these credentials lack the '{KNOWLEDGE_SCOPE}' scope")
+        limit = self.engine.config.knowledge.rate_limit_per_minute
+        wait = None if limit is None else self._limiter.hit(caller_identity(caller.auth, caller.principals), limit)
+        if wait is not None:
+            message = f"more than {limit} knowledge queries per minute; retry in {wait} s"
+            return error(429, "rate_limited", message, {"Retry-After": str(wait)})
+        body: KnowledgeQueryBody = self._json(request, KnowledgeQueryBody)
+        result = await caller.engine.knowledge_query(
+            body.query,
+            top_k=body.top_k,
+            agent_id=body.agent_id,
+            expand=body.expand,
+            rerank=body.rerank,
+            principals=self._principals_arg(caller),
+        )
+        return CoreResponse(200, result.model_dump(mode="json", by_alias=True))
+
     async def _stats(self, request: CoreRequest, caller: Caller) -> CoreResponse:
-        stats = await self.engine.stats(
+        stats = await caller.engine.stats(
             principals=self._principals_arg(caller), source_ids=request.query.get("source_id") or None
         )
         return CoreResponse(200, stats.model_dump(mode="json"))

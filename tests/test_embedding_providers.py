@@ -15,15 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.fakes.http_server import (
-    DROP_CONNECTION,
-    FakeHTTPServer,
-    Target,
-    fake_openai_embeddings,
-    fake_vector,
-    json_reply,
-    sequence,
-)
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder
@@ -37,6 +28,15 @@ from context_engine.embeddings.openai_compat import (
 )
 from context_engine.embeddings.voyage import VoyageEmbedder
 from context_engine.errors import ConfigError, DimensionMismatch, InputTooLarge, ProviderError
+from tests.fakes.http_server import (
+    DROP_CONNECTION,
+    FakeHTTPServer,
+    Target,
+    fake_openai_embeddings,
+    fake_vector,
+    json_reply,
+    sequence,
+)
 
 API_KEY = "sk-test-SECRET-0123456789abcdef"
 #: a wait no test should ever reach: a retry that used it instead of Retry-After would time out

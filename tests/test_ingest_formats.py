@@ -85,7 +85,7 @@ async def test_formats_keep_their_structure(engine: ContextEngine) -> None:
     rows = [r for c in sheet if c["kind"] == "rows" for r in csv.reader(io.StringIO(c["text"]))]
     assert ["Acme, Inc.", "1200", 'said "urgent"'] in rows and ["Globex", "80", "line one\nline two"] in rows
 
-    csv_data = 'name,comment\nAda,"first, then\nsecond"\nBob,plain\n'.encode()
+    csv_data = b'name,comment\nAda,"first, then\nsecond"\nBob,plain\n'
     _, table = await _ingest(engine, csv_data, "people.csv")
     parsed = [r for c in table if c["kind"] == "rows" for r in csv.reader(io.StringIO(c["text"]))]
     assert ["Ada", "first, then\nsecond"] in parsed

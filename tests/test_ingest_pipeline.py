@@ -14,7 +14,7 @@ from sqlalchemy import text
 from context_engine import TRUSTED, ContextEngine, IngestTooLarge
 from context_engine.hooks import Hooks, ProgressEvent, UsageEvent
 from tests.conftest import make_config
-from tests.fakes.http_server import FakeHTTPServer, Target, fake_openai_embeddings, fake_http_server  # noqa: F401
+from tests.fakes.http_server import FakeHTTPServer, Target, fake_http_server, fake_openai_embeddings  # noqa: F401
 
 DIM = 8
 

@@ -14,7 +14,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from context_engine.ingest import batching
 from context_engine.ingest.chunker import Chunk, chunk_units, normalise
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.models import FAILURE_MESSAGES, DocumentReport
+from context_engine.redaction.apply import IngestScrubber
 from context_engine.retrieval.legs import Scope
 from context_engine.storage import repository as repo
 
@@ -86,13 +87,35 @@ def _cap(cap: int | None, size: int) -> None:
 
 
 def prepare(
-    source: Source, name: str, mime: str | None, budget: int, count_tokens: Callable[[str], int], max_rows: int | None
+    source: Source,
+    name: str,
+    mime: str | None,
+    budget: int,
+    count_tokens: Callable[[str], int],
+    max_rows: int | None,
+    scrub: IngestScrubber | None = None,
 ) -> Prepared:
-    """Extract and chunk (CPU work, run in a thread). Raises ExtractionFailed / IngestTooLarge."""
+    """Extract, scrub and chunk (CPU work, run in a thread). Raises ExtractionFailed / IngestTooLarge.
+
+    Ingest-stage redaction runs on every unit before chunking, so nothing raw is stored, indexed
+    or sent to an embedding provider.
+    """
     from context_engine.ingest.extractors import extract
 
     extracted = extract(source, name=name, mime=mime, max_rows=max_rows)
-    chunks = list(chunk_units(extracted.units, budget=budget, count_tokens=count_tokens))
+    units = extracted.units
+    if scrub is not None and not scrub.noop:
+        units = (
+            replace(
+                u,
+                text=scrub.text(u.text),
+                section=scrub.text(u.section) if u.section else u.section,
+                meta=scrub.obj(dict(u.meta)),
+            )
+            for u in units
+        )
+        extracted.meta = scrub.obj(dict(extracted.meta))
+    chunks = list(chunk_units(units, budget=budget, count_tokens=count_tokens))
     body = "\n\n".join(c.text for c in chunks)
     if not body.strip():
         raise ExtractionFailed("the document contains no text")
@@ -127,7 +150,14 @@ class Ingestor:
         await hooks.emit("on_progress", ProgressEvent("extract", "started", name))
         try:
             prepared = await asyncio.to_thread(
-                prepare, source, name, mime, budget, embedder.count_tokens, engine.config.ingest.max_rows
+                prepare,
+                source,
+                name,
+                mime,
+                budget,
+                embedder.count_tokens,
+                engine.config.ingest.max_rows,
+                engine._scrubber(),
             )
         except (IngestTooLarge, ImportError):
             raise
@@ -322,6 +352,7 @@ class Ingestor:
     ) -> DocumentReport:
         doc_id = report.document_id
         assert doc_id is not None
+        error = self.engine._scrubber().text(error)
         async with sql.begin() as conn:
             await repo.mark_embedding_failed(conn, doc_id, status="embedding", failure_reason=reason, error=error)
             await repo.set_embedding_progress(conn, doc_id, progress)
@@ -389,6 +420,7 @@ class Ingestor:
     ) -> DocumentReport:
         """Record a document that could not be processed; nothing else is written."""
         mime = mime or "application/octet-stream"
+        error = self.engine._scrubber().text(error)
         async with sql.begin() as conn:
             found = await repo.find_by_identity(conn, base.source_id, base.name)
             existing_id = None

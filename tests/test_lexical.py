@@ -1,0 +1,156 @@
+"""The full-text leg: query parsing, and Okapi BM25 whose statistics follow the visible corpus."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from context_engine import ContextEngine
+from context_engine.principals import TRUSTED
+from context_engine.retrieval import legs, lexical
+from context_engine.retrieval.legs import Scope
+from context_engine.storage.migrate import migrate
+from tests.conftest import make_config
+
+# ------------------------------------------------------------------------------------------- parsing
+
+
+def test_any_drops_stopwords_but_keeps_phrases_and_negations() -> None:
+    parsed = lexical.parse('what is the "notice period" for contractors -draft')
+    assert parsed.positive == ["what", "is", "the", '"notice period"', "for", "contractors"]
+    assert parsed.negative == ["draft"]
+    english = lexical.stopword_set("english")
+    assert lexical.searchable(parsed, match="any", stopwords=english) == ['"notice period"', "contractors"]
+    # ``all`` keeps every word: the caller asked for each of them
+    assert lexical.searchable(parsed, match="all", stopwords=english) == parsed.positive
+    # a query of nothing but stop words keeps them rather than searching for nothing
+    only = lexical.parse("to be or not to be")
+    assert lexical.searchable(only, match="any", stopwords=english) == only.positive
+    assert lexical.searchable(parsed, match="any", stopwords=lexical.stopword_set(None)) == parsed.positive
+    with pytest.raises(ValueError, match="stop-word list"):
+        lexical.stopword_set("klingon")
+
+
+def test_query_text_is_bound_never_spliced() -> None:
+    params: dict[str, Any] = {}
+    sql = lexical.tsquery_sql("x'); DROP TABLE ce_chunks; -- -y", match="any", params=params)
+    assert sql is not None and "DROP" not in sql and "DROP" in params["lx_p0"] + params["lx_p1"] + params["lx_p2"]
+    assert "DROP" not in lexical.terms_sql(params)
+
+
+# ---------------------------------------------------------------------------------------------- BM25
+
+_EXPECTED_TERMS = (
+    "SELECT u.lexeme, c.source_id, c.acl, count(*) FROM ce_chunks c, unnest(c.tsv) u "
+    "WHERE c.valid_to IS NULL GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+)
+_EXPECTED_GROUPS = (
+    "SELECT c.source_id, c.acl, count(*), sum(c.tsv_tokens) FROM ce_chunks c "
+    "WHERE c.valid_to IS NULL GROUP BY 1, 2 ORDER BY 1, 2"
+)
+
+
+async def _assert_stats_current(engine: ContextEngine) -> None:
+    """The maintained tables equal a recount from the current chunks."""
+    sql = await engine._ready()
+    async with sql.connect() as conn:
+        kept = (await conn.execute(text("SELECT * FROM ce_bm25_terms ORDER BY 1, 2, 3"))).all()
+        recount = (await conn.execute(text(_EXPECTED_TERMS))).all()
+        assert [tuple(r) for r in kept] == [(r[0], r[1], r[2], r[3]) for r in recount]
+        kept_groups = (await conn.execute(text("SELECT * FROM ce_bm25_groups ORDER BY 1, 2"))).all()
+        recount_groups = (await conn.execute(text(_EXPECTED_GROUPS))).all()
+        assert [tuple(r) for r in kept_groups] == [tuple(r) for r in recount_groups]
+
+
+async def test_bm25_statistics_follow_ingest_replace_acl_change_and_delete(database_url: str) -> None:
+    async with ContextEngine(make_config(database_url)) as engine:
+        first = await engine.ingest(text="Cats chase mice. Cats sleep.", name="a")
+        await engine.ingest(text="Dogs chase cats in the park.", name="b", acl=["group:x"])
+        await engine.ingest(text="A quiet park with old trees.", name="c", source_id="other")
+        await _assert_stats_current(engine)
+        await engine.ingest(text="Cats chase mice and birds.", name="a")  # a new version replaces the old
+        await _assert_stats_current(engine)
+        await engine.update_document(first.documents[0].document_id, acl=["group:y"], principals=TRUSTED)
+        await _assert_stats_current(engine)
+        await engine.delete_document(first.documents[0].document_id, principals=TRUSTED)
+        await _assert_stats_current(engine)
+        sql = await engine._ready()
+        async with sql.connect() as conn:
+            # nothing of the deleted document is left behind, not even zero rows
+            assert (await conn.scalar(text("SELECT count(*) FROM ce_bm25_terms WHERE acl = '{group:y}'"))) == 0
+            assert (await conn.scalar(text("SELECT min(df) FROM ce_bm25_terms"))) >= 1
+
+
+async def _bm25(engine: ContextEngine, query: str, principals: tuple[str, ...] | None) -> dict[str, float]:
+    sql = await engine._ready()
+    found = await legs.fts_leg(
+        sql,
+        query,
+        Scope(principals),
+        limit=10,
+        config="english",
+        match="any",
+        rank="bm25",
+        normalization=0,
+    )
+    async with sql.connect() as conn:
+        names = dict(
+            (
+                await conn.execute(
+                    text("SELECT c.id, d.name FROM ce_chunks c JOIN ce_documents d ON d.id = c.document_id")
+                )
+            ).all()
+        )
+    return {names[cid]: score for cid, score in found}
+
+
+async def test_hidden_documents_change_neither_results_nor_scores(database_url: str) -> None:
+    async with ContextEngine(make_config(database_url)) as engine:
+        await engine.ingest(text="Rotating the database credentials every quarter.", name="public-1")
+        await engine.ingest(text="Backups of the database run nightly; credentials live in the vault.", name="public-2")
+        before = await _bm25(engine, "database credentials rotation", ())
+        assert set(before) == {"public-1", "public-2"} and all(s > 0 for s in before.values())
+        # a restricted document full of the query's words
+        await engine.ingest(
+            text="Credentials credentials credentials: the database root credentials. " * 3,
+            name="secret",
+            acl=["group:sec"],
+        )
+        after_anonymous = await _bm25(engine, "database credentials rotation", ())
+        assert after_anonymous == before  # same hits, same scores: IDF and lengths ignore what you cannot see
+        insider = await _bm25(engine, "database credentials rotation", ("group:sec",))
+        assert "secret" in insider and insider["public-1"] != before["public-1"]
+        trusted = await _bm25(engine, "database credentials rotation", None)
+        assert trusted == insider
+
+
+async def test_bm25_ranks_rare_terms_above_common_ones(database_url: str) -> None:
+    config = make_config(
+        database_url,
+        search={"lexical_rank": "bm25"},
+        fusion={"weights": {"fts": 1.0, "trigram": 0.0, "vector": 0.0}},
+    )
+    async with ContextEngine(config) as engine:
+        for i in range(6):
+            await engine.ingest(text=f"Report number {i} about the weather and the harvest.", name=f"common-{i}")
+        await engine.ingest(text="The weather station recorded a tornado.", name="rare")
+        result = await engine.search("weather tornado", principals=TRUSTED)
+        assert result.hits[0].document_name == "rare"
+        assert result.usage["legs"] == ["fts"]
+        negated = await engine.search("weather -tornado", principals=TRUSTED)
+        assert "rare" not in {h.document_name for h in negated.hits} and len(negated.hits) == 6
+
+
+async def test_migration_backfills_statistics_for_existing_chunks(database_url: str) -> None:
+    async with ContextEngine(make_config(database_url)) as engine:
+        await engine.ingest(text="Cats chase mice.", name="a")
+        await engine.ingest(text="Dogs chase cats.", name="b", acl=["group:x"])
+        sql = await engine._ready()
+        async with sql.begin() as conn:  # as if the database predates revision 0002
+            await conn.execute(text("DROP TABLE ce_bm25_terms, ce_bm25_groups"))
+            await conn.execute(text("DELETE FROM ce_schema_migrations WHERE id = '0002_bm25'"))
+        report = await migrate(sql, dim=engine.embedder.dim)
+        assert report.applied == ["0002_bm25"]
+        await _assert_stats_current(engine)
