@@ -1,0 +1,191 @@
+"""Spine benchmark: ingest throughput and search latency, direct and through each adapter.
+
+Ingests N short generated documents into a fresh embedded PostgreSQL with the local embedding
+model, then runs Q searches directly on the engine and Q more through FastAPI, Flask and Django
+served over real HTTP on 127.0.0.1. Prints documents/s (with and without the time spent inside
+the embedding model) and search p50/p95 in milliseconds.
+
+    .venv/bin/python benchmarks/spine/run.py [--docs 2000] [--queries 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
+from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.embeddings.factory import build_embedder
+
+WORDS = (
+    "leave policy holiday contract invoice supplier notice payroll benefit pension travel expense "
+    "incident runbook restart queue worker deploy release rollback backup database index search "
+    "customer renewal discount quarter revenue forecast budget audit compliance security access "
+    "laptop badge onboarding training review promotion salary bonus overtime shift roster"
+).split()
+
+
+class TimedEmbedder(Embedder):
+    """Delegates to the real model and adds up the seconds spent inside it."""
+
+    def __init__(self, inner: Embedder):
+        self.inner = inner
+        self.provider, self.model, self.dim = inner.provider, inner.model, inner.dim
+        self.max_input_tokens = inner.max_input_tokens
+        self.seconds = 0.0
+
+    async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
+        started = time.perf_counter()
+        try:
+            return await self.inner.embed(texts, kind=kind)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _doc(rng: random.Random, i: int) -> str:
+    sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 14))).capitalize() + "." for _ in range(5)]
+    return f"# Note {i}\n\n" + " ".join(sentences)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _row(label: str, times: list[float]) -> str:
+    ms = [t * 1000 for t in times]
+    return f"| {label:<24} | {len(ms):>5} | {statistics.median(ms):>8.1f} | {_pct(ms, 0.95):>8.1f} |"
+
+
+def _serve_uvicorn(app: Any, port: int) -> Any:
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    return server
+
+
+def _serve_wsgi(app: Any, port: int) -> Any:
+    import logging
+
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = make_server("127.0.0.1", port, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _apps(engine: ContextEngine) -> dict[str, tuple[str, Any]]:
+    from fastapi import FastAPI
+    from flask import Flask
+
+    from context_engine import create_django_urlpatterns, create_flask_blueprint, create_router
+
+    def allow(_request: Any) -> bool:
+        return True
+
+    def trusted(_request: Any) -> Any:
+        return TRUSTED
+
+    fast = FastAPI()
+    fast.include_router(create_router(engine, auth=allow, principals=trusted))
+    flask_app = Flask("bench")
+    flask_app.register_blueprint(create_flask_blueprint(engine, auth=allow, principals=trusted))
+
+    import django
+    from django.conf import settings
+
+    if not settings.configured:
+        settings.configure(
+            DEBUG=False, ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__, SECRET_KEY="bench", MIDDLEWARE=[],
+            INSTALLED_APPS=[],
+        )
+        django.setup()
+    global urlpatterns
+    urlpatterns = create_django_urlpatterns(engine, auth=allow, principals=trusted)
+    from django.core.wsgi import get_wsgi_application
+
+    return {"fastapi": ("asgi", fast), "flask": ("wsgi", flask_app), "django": ("wsgi", get_wsgi_application())}
+
+
+urlpatterns: list[Any] = []
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=2000)
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args()
+    rng = random.Random(7)
+    data_dir = Path(tempfile.mkdtemp(prefix="ce-bench-"))
+    config = ContextEngineConfig(storage={"data_dir": data_dir})
+    embedder = TimedEmbedder(build_embedder(config.embedding))
+    try:
+        async with ContextEngine(config, embedder=embedder) as engine:
+            await engine.stats(principals=TRUSTED)  # start the server and migrate outside the timing
+            started = time.perf_counter()
+            for i in range(args.docs):
+                acl = [] if i % 3 == 0 else [f"group:{i % 7}"]
+                await engine.ingest(text=_doc(rng, i), name=f"note-{i}", acl=acl)
+            total = time.perf_counter() - started
+            queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(args.queries)]
+            direct: list[float] = []
+            for q in queries:
+                t0 = time.perf_counter()
+                await engine.search(q, principals=["group:1", "group:2"], top_k=10)
+                direct.append(time.perf_counter() - t0)
+            without = args.docs / (total - embedder.seconds)
+            print(f"machine: {os.cpu_count()} cores")
+            print(
+                f"ingest: {args.docs} documents in {total:.1f} s = {args.docs / total:.1f} docs/s; "
+                f"embedding took {embedder.seconds:.1f} s; without it {without:.1f} docs/s"
+            )
+            print()
+            print("| path                     |     n |  p50 ms  |  p95 ms  |")
+            print("|--------------------------|-------|----------|----------|")
+            print(_row("engine.search (direct)", direct))
+            loop = asyncio.get_running_loop()
+            for port, (name, (kind, app)) in enumerate(_apps(engine).items(), start=18731):
+                server = _serve_uvicorn(app, port) if kind == "asgi" else _serve_wsgi(app, port)
+                await asyncio.sleep(1.0)
+                times = await loop.run_in_executor(None, _http_searches, port, queries)
+                print(_row(f"{name} over HTTP", times))
+                if kind == "asgi":
+                    server.should_exit = True
+                else:
+                    server.shutdown()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _http_searches(port: int, queries: list[str]) -> list[float]:
+    times: list[float] = []
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        client.post("/search", json={"query": "warm up"}).raise_for_status()
+        for q in queries:
+            t0 = time.perf_counter()
+            client.post("/search", json={"query": q, "top_k": 10}).raise_for_status()
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
