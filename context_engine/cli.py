@@ -72,13 +72,30 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--data", required=True, type=Path, help="the BEIR-format folder")
     ev.add_argument("--database-url", help="PostgreSQL URL; the corpus goes into its own source, removed afterwards")
     ev.add_argument("--split", default="test", help="which qrels/<split>.tsv to evaluate (default test)")
-    ev.add_argument("--top-k", type=int, default=100, help="chunks requested per query (default 100)")
+    ev.add_argument(
+        "--top-k", type=int, default=10, help="chunks per search for nDCG@10, MRR@10 and latency (default 10)"
+    )
     ev.add_argument(
         "--dense-baseline",
         action="store_true",
         help="also run exact dense search with your model over whole documents (embeds the corpus again)",
     )
     ev.add_argument("--keep", action="store_true", help="keep the evaluation source in --database-url afterwards")
+
+    exp = sub.add_parser(
+        "check-acl-exposure",
+        help="measure what a bare ACL-scoped index query loses on your data (read-only, no model called)",
+        description=(
+            "For the ACL values in your stored chunks (most restrictive first), use stored chunk vectors as queries "
+            "and compare what a bare scoped query on the HNSW index returns and what this library returns, both "
+            "scored against an exact search computed inside Postgres. Read-only: nothing is migrated or written."
+        ),
+    )
+    exp.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
+    exp.add_argument("--top-k", type=int, default=10, help="rows per query (default 10)")
+    exp.add_argument("--queries", type=int, default=20, help="stored vectors used as queries (default 20)")
+    exp.add_argument("--max-acls", type=int, default=20, help="ACL values checked, smallest first (default 20)")
+    exp.add_argument("--threshold", type=int, help="the library's exact/approximate crossover (default: config)")
     return parser
 
 
@@ -97,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_ingest(args))
         if args.command == "eval":
             return asyncio.run(_eval(args))
+        if args.command == "check-acl-exposure":
+            return asyncio.run(_check_acl_exposure(args))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -268,6 +287,28 @@ async def _eval(args: argparse.Namespace) -> int:
         progress=progress,
     )
     print(format_table(report))
+    return 0
+
+
+# ---------------------------------------------------------------------- check-acl-exposure
+async def _check_acl_exposure(args: argparse.Namespace) -> int:
+    from context_engine.acl_exposure import check_exposure, format_report, read_only_engine
+    from context_engine.storage.database import Database
+
+    config = _config(args.database_url)
+    threshold = config.storage.ann_exact_threshold if args.threshold is None else args.threshold
+    server = Database(config)  # only for the URL: starts the embedded server when no URL is given
+    try:
+        db = read_only_engine(await server.url())
+        try:
+            report = await check_exposure(
+                db, top_k=args.top_k, queries=args.queries, max_acls=args.max_acls, threshold=threshold
+            )
+        finally:
+            await db.dispose()
+    finally:
+        await server.aclose()
+    print(format_report(report))
     return 0
 
 

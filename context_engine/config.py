@@ -65,7 +65,9 @@ class StorageConfig(BaseModel):
     pool_pre_ping: bool = True
     #: migrate a configured ``database_url`` on first use (the embedded server always is)
     auto_migrate: bool = False
-    #: vector leg: below this many eligible rows scan exactly, above it use the HNSW index
+    #: vector leg: up to this many eligible rows scan them exactly, above it use the HNSW index. Measured
+    #: on 100k 384-d rows (benchmarks/README.md, "ACL recall"): up to 20k rows an exact scan beats the
+    #: index on a clustered slice, which the index also gets wrong; from 25k the index is 2.6-28x faster
     ann_exact_threshold: int = Field(default=20000, ge=0)
 
 
@@ -91,7 +93,7 @@ class SearchConfig(BaseModel):
     lexical_match: Literal["all", "any"] = "any"
     #: ``bm25``: Okapi BM25 over statistics of what the caller may see; ``ts_rank_cd``: words close
     #: together; ``ts_rank``: frequency anywhere
-    lexical_rank: Literal["bm25", "ts_rank_cd", "ts_rank"] = "ts_rank_cd"
+    lexical_rank: Literal["bm25", "ts_rank_cd", "ts_rank"] = "bm25"
     bm25: Bm25Config = Field(default_factory=Bm25Config)
     #: words dropped from ``any`` queries: ``english`` (PostgreSQL's list), your own list, or ``None``
     lexical_stopwords: Literal["english"] | list[str] | None = "english"
@@ -204,10 +206,10 @@ class KnowledgeConfig(BaseModel):
 
     model_config = _STRICT
 
-    #: candidates each channel hands to fusion, per sub-query
-    candidates: int = Field(default=30, ge=1, le=1000)
+    #: candidates each channel hands to fusion, per sub-query (as ``search.candidates``)
+    candidates: int = Field(default=50, ge=1, le=1000)
     #: the same for enumeration questions ("all deadlines", "every client")
-    enumeration_candidates: int = Field(default=90, ge=1, le=1000)
+    enumeration_candidates: int = Field(default=150, ge=1, le=1000)
     #: sub-queries an expansion may add to the original question
     max_sub_queries: int = Field(default=4, ge=1, le=10)
     #: seconds for the whole expansion step; past it only the original question is searched

@@ -345,7 +345,7 @@ class ContextEngine:
             "timings_ms": timings,
         }
         if plan is not None:
-            usage["vector_plan"] = {"plan": plan.plan, "eligible_rows": plan.eligible}
+            usage["vector_plan"] = plan.usage()
         return SearchResult(hits=hits, usage=usage)
 
     # ------------------------------------------------------------------ documents
@@ -461,12 +461,15 @@ class ContextEngine:
         rerank: bool = True,
         principals: Iterable[str] | object | None = None,
         source_ids: Sequence[str] | None = None,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
     ) -> KnowledgeResult:
         """The passages that best answer ``query``, with a trace of how they were found.
 
         Expansion, per-query vector + full-text search, fusion, enumeration widening and a guarded
         rerank: see :mod:`context_engine.knowledge.pipeline`. ``expand=False, rerank=False`` calls no
-        model. ``agent_id`` narrows to the agent's links (an unknown agent is ``NotFound``).
+        model. ``agent_id`` narrows to the agent's links (an unknown agent is ``NotFound``). Output
+        redaction applies as for ``search``, to the judge's view of the passages as well.
         """
         from context_engine.knowledge.pipeline import knowledge_query
 
@@ -479,6 +482,8 @@ class ContextEngine:
             rerank=rerank,
             principals=principals,
             source_ids=source_ids,
+            redaction=redaction,
+            redaction_secret_key=redaction_secret_key,
         )
 
     async def link_agent_sources(

@@ -186,11 +186,16 @@ def score_run(
     *,
     kind: str = "engine",
     note: str = "",
+    recall_rankings: Mapping[str, Sequence[str]] | None = None,
 ) -> RunResult:
-    """Mean metrics over every judged query (a query with no result scores 0, it is not skipped)."""
+    """Mean metrics over every judged query (a query with no result scores 0, it is not skipped).
+
+    ``recall_rankings`` (default: ``rankings``) is the deeper list Recall@100 is computed on.
+    """
     ids = list(qrels)
+    deep = rankings if recall_rankings is None else recall_rankings
     ndcg = statistics.fmean(ndcg_at_k(rankings.get(q, []), qrels[q], 10) for q in ids)
-    recall = statistics.fmean(recall_at_k(rankings.get(q, []), qrels[q], 100) for q in ids)
+    recall = statistics.fmean(recall_at_k(deep.get(q, []), qrels[q], 100) for q in ids)
     mrr = statistics.fmean(mrr_at_k(rankings.get(q, []), qrels[q], 10) for q in ids)
     return RunResult(
         name=name,
@@ -201,7 +206,7 @@ def score_run(
         p95_ms=percentile(latencies_ms, 95) if latencies_ms else None,
         kind=kind,
         note=note,
-        rankings={q: list(r) for q, r in rankings.items()},
+        rankings={q: list(r) for q, r in deep.items()},
     )
 
 
@@ -246,7 +251,11 @@ class CachingEmbedder(Embedder):
                 if int(data["dim"]) == self.dim and str(data["key"]) == inner.key:
                     matrix = data["vectors"].astype(np.float32)
                     self._vectors = list(matrix)
-                    self._index = {bytes(h): i for i, h in enumerate(data["hashes"])}
+                    hashes = data["hashes"]
+                    if hashes.dtype.kind == "S":  # written by an earlier version: numpy strips trailing NULs
+                        self._index = {bytes(h).ljust(32, b"\0"): i for i, h in enumerate(hashes)}
+                    else:
+                        self._index = {row.tobytes(): i for i, row in enumerate(hashes)}
 
     @property
     def key(self) -> str:
@@ -266,14 +275,17 @@ class CachingEmbedder(Embedder):
         if kind != "document":
             return await self.inner.embed(texts, kind=kind)
         digests = [self._digest(t) for t in texts]
-        todo = [i for i, d in enumerate(digests) if d not in self._index]
+        todo: dict[bytes, int] = {}  # each missing text once, however often it repeats
+        for i, d in enumerate(digests):
+            if d not in self._index:
+                todo.setdefault(d, i)
         self.hits += len(texts) - len(todo)
         if todo:
             self.misses += len(todo)
-            fresh = await self.inner.embed([texts[i] for i in todo], kind=kind)
-            for i, vector in zip(todo, fresh, strict=True):
-                if digests[i] not in self._index:
-                    self._index[digests[i]] = len(self._vectors)
+            fresh = await self.inner.embed([texts[i] for i in todo.values()], kind=kind)
+            for digest, vector in zip(todo, fresh, strict=True):
+                if digest not in self._index:
+                    self._index[digest] = len(self._vectors)
                     self._vectors.append(np.asarray(vector, dtype=np.float32))
                     self._unsaved += 1
         return [self._vectors[self._index[d]].tolist() for d in digests]
@@ -304,9 +316,10 @@ class CachingEmbedder(Embedder):
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp.npz")
-        hashes = np.empty(len(self._index), dtype="S32")
+        # raw bytes, not an "S32" string array: numpy would drop a digest's trailing NUL bytes
+        hashes = np.zeros((len(self._index), 32), dtype=np.uint8)
         for digest, i in self._index.items():
-            hashes[i] = digest
+            hashes[i] = np.frombuffer(digest, dtype=np.uint8)
         np.savez(
             tmp,
             hashes=hashes,
@@ -529,25 +542,38 @@ async def run_queries(
     dataset: BeirDataset,
     name: str,
     *,
-    source_id: str,
-    top_k: int,
+    source_id: str | None,
+    top_k: int = 10,
+    recall_depth: int = 100,
     progress: Progress | None = None,
 ) -> tuple[RunResult, dict[str, list[tuple[int, str, float, float | None]]]]:
-    """Every judged query through ``engine.search``, one at a time so latency is per query."""
+    """Every judged query through ``engine.search``, one at a time so latency is per query.
+
+    Each query is asked as an application asks it, ``top_k`` chunks (10 by default): nDCG@10,
+    MRR@10 and the latency come from that call, with its documents ranked by their best chunk.
+    Recall@100 needs a deeper list, so a second call asks for ``recall_depth`` chunks. Two calls,
+    not one deep one, because ``top_k`` raises every leg's candidate count (``max(candidates,
+    top_k)``), which would score a configuration no default call ever runs.
+    """
     from context_engine.principals import TRUSTED
 
+    scope = [source_id] if source_id is not None else None
     rankings: dict[str, list[str]] = {}
+    deep: dict[str, list[str]] = {}
     raw: dict[str, list[tuple[int, str, float, float | None]]] = {}
     latencies: list[float] = []
     for n, (qid, query) in enumerate(dataset.queries.items(), start=1):
         started = time.perf_counter()
-        result = await engine.search(query, source_ids=[source_id], principals=TRUSTED, top_k=top_k)
+        result = await engine.search(query, source_ids=scope, principals=TRUSTED, top_k=top_k)
         latencies.append((time.perf_counter() - started) * 1000)
-        raw[qid] = [(h.chunk_id, h.document_name, h.score, h.similarity) for h in result.hits]
         rankings[qid] = dedupe_documents((h.document_name, h.score) for h in result.hits)
+        if recall_depth != top_k:
+            result = await engine.search(query, source_ids=scope, principals=TRUSTED, top_k=recall_depth)
+        raw[qid] = [(h.chunk_id, h.document_name, h.score, h.similarity) for h in result.hits]
+        deep[qid] = dedupe_documents((h.document_name, h.score) for h in result.hits)
         if progress is not None and (n % 50 == 0 or n == len(dataset.queries)):
             progress(name, n, len(dataset.queries))
-    return score_run(name, rankings, dataset.qrels, latencies), raw
+    return score_run(name, rankings, dataset.qrels, latencies, recall_rankings=deep), raw
 
 
 def describe_settings(config: Any) -> dict[str, Any]:
@@ -573,11 +599,15 @@ async def run_eval(
     config: Any = None,
     embedder: Embedder | None = None,
     split: str = "test",
-    top_k: int = 100,
+    top_k: int = 10,
+    recall_depth: int = 100,
     configurations: Mapping[str, Mapping[str, Any]] | None = None,
     baselines: Sequence[str] = ("bm25",),
+    baseline_embedder: Embedder | None = None,
     source_id: str | None = None,
+    scope_searches: bool | None = None,
     keep: bool = False,
+    ingest: bool = True,
     progress: Progress | None = None,
 ) -> EvalReport:
     """Ingest a BEIR-format folder through the engine and score search leg by leg, fused, and baselines.
@@ -587,8 +617,12 @@ async def run_eval(
     In a database that outlives the run the corpus goes into its own source (``eval-<folder>``),
     every search is scoped to it, and it is deleted afterwards unless ``keep`` (a rerun then
     skips the unchanged documents).
+    ``scope_searches=False`` searches the whole database (for a database holding nothing else, so
+    the vector leg takes the same plan an unscoped application call takes).
     ``baselines`` picks from ``bm25``, ``bm25-nostem``, ``dense`` and ``bm25+dense`` (plain RRF of
-    the two library rankings; implies both).
+    the two library rankings; implies both); ``baseline_embedder`` (default: the engine's) embeds
+    the dense baseline's documents and must be the same model. ``ingest=False`` trusts that the
+    source already holds this corpus (a benchmark that has just checked).
     """
     import tempfile
 
@@ -602,44 +636,58 @@ async def run_eval(
         config = config.model_copy(deep=True)
     if database_url is not None:
         config.database_url = database_url
-    config.search.max_top_k = max(config.search.max_top_k, top_k)
+    config.search.max_top_k = max(config.search.max_top_k, top_k, recall_depth)
     source_id = source_id or f"eval-{dataset.name}"
     throwaway = None
     if config.database_url is None and config.storage.data_dir is None:
         throwaway = tempfile.TemporaryDirectory(prefix="ce-eval-")
         config.storage.data_dir = Path(throwaway.name)
+    if scope_searches is None:
+        scope_searches = throwaway is None
     configurations = dict(configurations if configurations is not None else LEG_CONFIGURATIONS)
     rows: list[RunResult] = []
     hits: dict[str, dict[str, list[tuple[int, str, float, float | None]]]] = {}
     notes: list[str] = []
     try:
         async with ContextEngine(config, embedder=embedder) as engine:
-            failed, seconds = await ingest_dataset(engine, dataset, source_id=source_id, progress=progress)
+            failed, seconds = 0, 0.0
+            if ingest:
+                failed, seconds = await ingest_dataset(engine, dataset, source_id=source_id, progress=progress)
             if failed:
                 notes.append(f"{failed} documents failed to ingest and count as never retrieved")
             stats = await engine.stats(source_ids=[source_id], principals=_trusted())
+            settings = describe_settings(engine.config)
             for name, overrides in configurations.items():
                 with overridden(engine, overrides):
                     result, raw = await run_queries(
-                        engine, dataset, name, source_id=source_id, top_k=top_k, progress=progress
+                        engine,
+                        dataset,
+                        name,
+                        source_id=source_id if scope_searches else None,
+                        top_k=top_k,
+                        recall_depth=recall_depth,
+                        progress=progress,
                     )
-                    if not overrides:
-                        settings = describe_settings(engine.config)
                 rows.append(result)
                 hits[name] = raw
-            if not configurations:
-                settings = describe_settings(engine.config)
+            probe = await engine.search(
+                next(iter(dataset.queries.values())),
+                source_ids=[source_id] if scope_searches else None,
+                principals=_trusted(),
+                top_k=top_k,
+            )
+            plan = probe.usage.get("vector_plan", {}).get("plan")
             text_config = engine._text_search_config
-            rows.extend(await _baselines(dataset, engine.embedder, baselines, progress))
+            rows.extend(await _baselines(dataset, baseline_embedder or engine.embedder, baselines, progress))
             if throwaway is None and not keep:
                 await _remove_source(engine, source_id)
     finally:
         if throwaway is not None:
             throwaway.cleanup()
     notes.append(
-        f"engine rows: documents ranked by their best chunk among the top {top_k} chunks "
-        f"(so R@100 counts at most {top_k} chunks' documents); latency is wall time of engine.search "
-        "including the query embedding"
+        f"engine rows: nDCG@10, MRR@10 and latency from search(top_k={top_k}), documents ranked by their "
+        f"best chunk; R@100 from a second search(top_k={recall_depth}); latency is the wall time of "
+        "engine.search, query embedding included, one query at a time" + (f"; vector plan {plan}" if plan else "")
     )
     return EvalReport(
         dataset=dataset.name,
@@ -714,7 +762,8 @@ def format_table(report: EvalReport) -> str:
     """A Markdown table: engine configurations first, then the baselines computed in the same run."""
     lines = [
         f"BEIR {report.dataset}: {report.documents} documents ({report.chunks} chunks), {report.queries} queries; "
-        f"text search configuration {report.text_search_config}; ingest {report.ingest_seconds:.0f} s",
+        f"text search configuration {report.text_search_config}"
+        + (f"; ingest {report.ingest_seconds:.0f} s" if report.ingest_seconds else ""),
         "settings: " + ", ".join(f"{k}={v}" for k, v in report.settings.items() if v is not None),
         "",
         "| configuration | nDCG@10 | R@100 | MRR@10 | p50 ms | p95 ms |",

@@ -31,6 +31,14 @@ CREATE TABLE IF NOT EXISTS ce_bm25_groups (
     PRIMARY KEY (source_id, acl)
 );
 
+-- From this revision a chunk's section heading is indexed with its text (repository.write_document),
+-- so the heading's words find every chunk under it; current rows written before are rebuilt here.
+UPDATE ce_chunks
+SET tsv = to_tsvector(
+    CAST((SELECT value FROM ce_meta WHERE key = 'text_search_config') AS regconfig),
+    unaccent(concat_ws(' ', section, text)))
+WHERE valid_to IS NULL AND section IS NOT NULL;
+
 -- Backfill from the chunks already stored (a no-op on a new database; the whole file is one
 -- transaction, so this never runs twice over the same rows).
 INSERT INTO ce_bm25_terms (lexeme, source_id, acl, df)

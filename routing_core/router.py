@@ -381,7 +381,7 @@ class Router:
         limit = self.engine.config.knowledge.rate_limit_per_minute
         wait = None if limit is None else self._limiter.hit(caller_identity(caller.auth, caller.principals), limit)
         if wait is not None:
-            message = f"more than {limit} knowledge queries per minute; retry in {wait} s"
+            message = f"more than {limit} knowledge queries per minute from this caller; see Retry-After"
             return error(429, "rate_limited", message, {"Retry-After": str(wait)})
         body: KnowledgeQueryBody = self._json(request, KnowledgeQueryBody)
         result = await caller.engine.knowledge_query(

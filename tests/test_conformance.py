@@ -373,6 +373,13 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     body, ctype = multipart({"query": "leave"}, {})
     r["search_multipart_body"] = call("POST", "/search", body=body, content_type=ctype)
 
+    # knowledge query: the no-model path and the body refusals (scopes, 429: tests/test_knowledge_route.py)
+    knowledge = {"query": "holidays and leave policy", "topK": 3, "expand": False, "rerank": False}
+    r["knowledge_hr"] = call("POST", "/knowledge/query", json_body=knowledge)
+    r["knowledge_anon"] = call("POST", "/knowledge/query", who=ANON, json_body=knowledge)
+    r["knowledge_empty"] = call("POST", "/knowledge/query", json_body={"query": ""})
+    r["knowledge_top_k_21"] = call("POST", "/knowledge/query", json_body={"query": "leave", "topK": 21})
+
     # stats per caller
     r["stats_hr"] = call("GET", "/stats")
     r["stats_eng"] = call("GET", "/stats", who=ENG)
@@ -677,6 +684,28 @@ def test_json_body_over_max_json_bytes_is_413(t: Transcript) -> None:
     )
 
 
+# ---------------------------------------------------------------------------------- knowledge query
+@pytest.mark.parametrize(
+    ("step", "allowed"), [("knowledge_hr", {"hr-policy.md", "holidays.html"}), ("knowledge_anon", {"holidays.html"})]
+)
+def test_knowledge_query_respects_the_acl(t: Transcript, step: str, allowed: set[str]) -> None:
+    reply = t[step]
+    assert reply.status == 200, reply.body
+    assert {m["sourceName"] for m in reply.body["matches"]} <= allowed and reply.body["matches"]
+    assert reply.body["trace"]["queries"] == ["holidays and leave policy"]
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        ("knowledge_empty", "query must be a non-empty string"),
+        ("knowledge_top_k_21", "topK: Input should be less than or equal to 20"),
+    ],
+)
+def test_knowledge_query_refusals_are_400(t: Transcript, step: str, message: str) -> None:
+    assert err(t[step]) == (400, "invalid_request", message)
+
+
 # ---------------------------------------------------------------------------------- stats
 @pytest.mark.parametrize(
     ("step", "documents", "sources"),
@@ -787,6 +816,7 @@ def test_the_scenario_covers_every_route(t: Transcript) -> None:
         ("PATCH", "/documents/{document_id}"),
         ("DELETE", "/documents/{document_id}"),
         ("POST", "/search"),
+        ("POST", "/knowledge/query"),
         ("GET", "/stats"),
     }, "a route was added: add it to run_scenario"
 
@@ -801,7 +831,7 @@ def normalise(value: Any, ids: dict[str, str]) -> Any:
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            if key == "timings_ms":
+            if key in ("timings_ms", "timings"):
                 out[key] = "<timings>"
             elif key == "next_cursor" and item is not None:
                 out[key] = "<cursor>"

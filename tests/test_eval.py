@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -11,7 +12,9 @@ import psycopg
 import pytest
 
 from context_engine.cli import main
+from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.evaluation import (
+    CachingEmbedder,
     dedupe_documents,
     load_beir,
     mrr_at_k,
@@ -96,6 +99,35 @@ def test_load_beir_reads_gzip_and_keeps_only_judged_queries(tmp_path: Path) -> N
     assert data.qrels["q2"] == {"d4": 1, "d2": 1}
     with pytest.raises(FileNotFoundError, match=r"qrels/dev\.tsv"):
         load_beir(tmp_path / "tiny", split="dev")
+
+
+class _CountingEmbedder(Embedder):
+    """A deterministic stand-in that counts how many texts reach the model."""
+
+    provider, model, dim, max_input_tokens = "test", "counting", 4, 64
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
+        self.calls += len(texts)
+        return [[float(len(t)), float(sum(map(ord, t)) % 97), 1.0, float(kind == "query")] for t in texts]
+
+
+async def test_caching_embedder_serves_saved_vectors_and_never_caches_queries(tmp_path: Path) -> None:
+    # a text whose SHA-256 ends in a NUL byte: an "S32" array would have stripped it on save
+    nul = next(t for t in (f"text {i}" for i in range(5000)) if hashlib.sha256(t.encode()).digest()[-1] == 0)
+    path = tmp_path / "cache.npz"
+    first = CachingEmbedder(_CountingEmbedder(), path)
+    vectors = await first.embed(["alpha", nul, "alpha"])
+    assert first.inner.calls == 2 and vectors[0] == vectors[2]  # type: ignore[attr-defined]
+    first.save()
+    second = CachingEmbedder(_CountingEmbedder(), path)
+    assert await second.embed([nul, "alpha"]) == [vectors[1], vectors[0]]
+    assert second.inner.calls == 0  # type: ignore[attr-defined]
+    await second.embed(["alpha"], kind="query")
+    assert second.inner.calls == 1  # type: ignore[attr-defined]
+    assert second.key == first.inner.key and second.dim == 4
 
 
 # ---------------------------------------------------------------------------------- the harness

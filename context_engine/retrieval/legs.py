@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.retrieval import bm25, lexical
+from context_engine.retrieval import bm25, lexical, planner
+from context_engine.retrieval.planner import VectorPlan
 from context_engine.storage.predicates import visibility
 
 
@@ -100,53 +101,44 @@ async def trigram_leg(
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
-@dataclass
-class VectorPlan:
-    plan: str  # "exact" | "ann"
-    eligible: int | None
-
-
 async def plan_vector(db: AsyncEngine, scope: Scope, *, threshold: int) -> VectorPlan:
-    """Exact scan of the eligible rows when few, the HNSW index when many.
-
-    An approximate index under a WHERE clause is a post-filter; below the threshold an exact
-    scan is both correct and cheap, so the caller always gets the true top rows of their slice.
-    """
-    if scope.principals is None and scope.source_ids is None and scope.document_ids is None:
-        return VectorPlan("ann", None)
-    params: dict[str, Any] = {"cap": threshold + 1}
-    sql = (
-        "SELECT count(*) FROM (SELECT 1 FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
-        f"AND {scope.predicate('c', params)} LIMIT :cap) s"
-    )
-    async with db.connect() as conn:
-        eligible = int(await conn.scalar(text(sql), params) or 0)
-    return VectorPlan("exact" if eligible <= threshold else "ann", eligible)
+    """Exact scan of the eligible rows or the HNSW index: see :mod:`context_engine.retrieval.planner`."""
+    return await planner.plan_vector(db, scope, threshold=threshold)
 
 
 async def vector_leg(
     db: AsyncEngine, query_vector: Sequence[float], scope: Scope, *, limit: int, plan: VectorPlan
 ) -> list[tuple[int, float]]:
-    """Cosine similarity; ``exact`` orders by an expression the index cannot serve."""
+    """Cosine similarity under ``plan``, which this leg forces.
+
+    ``exact`` orders by an expression the index cannot serve, so Postgres scans the eligible rows
+    (GIN bitmap or sequential) and sorts them. ``ann`` runs a forced, iterative HNSW scan; when it
+    comes back with fewer than ``limit`` rows while the estimate says more rows exist, its budget ran
+    out among rows the caller may not see, and the leg re-runs exactly (``plan.fallback``).
+    """
     params: dict[str, Any] = {"qv": vector_literal(query_vector), "limit": limit}
-    order = (
-        "(c.embedding <=> CAST(:qv AS vector)) + 0" if plan.plan == "exact" else "c.embedding <=> CAST(:qv AS vector)"
-    )
-    sql = (
-        "SELECT c.id, 1 - (c.embedding <=> CAST(:qv AS vector)) AS sim FROM ce_chunks c "
-        f"WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL AND {scope.predicate('c', params)} "
-        f"ORDER BY {order} LIMIT :limit"
-    )
-    async with db.begin() as conn:
-        if plan.plan == "ann":
-            await conn.execute(
-                text(
-                    "SELECT set_config('hnsw.ef_search', :ef, true), "
-                    "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
-                ),
-                {"ef": str(min(1000, max(40, limit * 2)))},
-            )
-        rows = (await conn.execute(text(sql), params)).all()
-    pairs = [(int(r[0]), float(r[1])) for r in rows]
-    pairs.sort(key=lambda p: (-p[1], p[0]))  # relaxed order may return near-sorted rows
-    return pairs
+    predicate = scope.predicate("c", params)
+
+    def query(order: str) -> Any:
+        return text(
+            "SELECT c.id, 1 - (c.embedding <=> CAST(:qv AS vector)) AS sim FROM ce_chunks c "
+            f"WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL AND {predicate} ORDER BY {order} LIMIT :limit"
+        )
+
+    if plan.plan == planner.ANN:
+        settings = plan.settings if plan.settings is not None else planner.ann_settings(plan, limit)
+        values: dict[str, str] = {}
+        for i, (name, value) in enumerate(settings.items()):
+            values[f"g{i}"], values[f"s{i}"] = name, value
+        gucs = ", ".join(f"set_config(:g{i}, :s{i}, true)" for i in range(len(settings)))
+        async with db.begin() as conn:  # transaction-local settings, one round trip
+            await conn.execute(text(f"SELECT {gucs}"), values)
+            rows = (await conn.execute(query("c.embedding <=> CAST(:qv AS vector)"), params)).all()
+        if len(rows) >= limit or not plan.allow_fallback or (plan.eligible is not None and plan.eligible <= len(rows)):
+            pairs = [(int(r[0]), float(r[1])) for r in rows]
+            pairs.sort(key=lambda p: (-p[1], p[0]))  # relaxed order returns near-sorted rows
+            return pairs
+        plan.fallback = True
+    async with db.connect() as conn:
+        rows = (await conn.execute(query("(c.embedding <=> CAST(:qv AS vector)) + 0"), params)).all()
+    return [(int(r[0]), float(r[1])) for r in rows]

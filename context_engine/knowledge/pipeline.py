@@ -1,0 +1,353 @@
+"""``knowledge_query``: expand, search each sub-query on two channels, fuse, widen, guarded rerank, trace.
+
+1. **Expand.** Only when ``expand`` is set, an LLM is configured and the question may be compound
+   (:func:`~context_engine.knowledge.shape.maybe_compound`); the model splits it into sub-queries
+   and the question itself is always searched too. Any failure (error, invalid reply twice,
+   ``knowledge.expand_timeout``) falls back to the question alone.
+2. **Search.** Every query is embedded in one call; then, for every query, the vector leg and the
+   full-text leg run concurrently, all under the same ACL + scope predicate as ``/search``
+   (narrowed further to an agent's links when ``agent_id`` is given).
+3. **Fuse.** Every leg of every query is one ranking in weighted reciprocal rank fusion
+   (``fusion.k``, ``fusion.weights`` for ``vector`` and ``fts``), so a passage found by both
+   channels, or for several sub-queries, ranks higher.
+4. **Enumeration.** A question asking for a list takes ``knowledge.enumeration_candidates`` per leg
+   instead of ``knowledge.candidates``, and the list-shaped candidates (tables, sheet rows, three or
+   more list items) form one more ranking in the fusion, so the chunk holding the list rises.
+5. **Guarded rerank.** Only when ``rerank`` is set, a judge is configured and more candidates were
+   fused than ``top_k``; see :mod:`context_engine.knowledge.guard` for when the verdict is used.
+6. **Trace.** The searched queries, the vector backend, the candidate count, whether the judge's
+   order was used, stage timings and model tokens.
+
+No model is called with ``expand=False, rerank=False`` (only the embedder, for the query vectors),
+nor when no ``llm``/``rerank`` section is configured. Provider clients are built per call and
+closed at its end unless the host supplied them (``http_client_factory``), which then owns them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from context_engine.config import ContextEngineConfig, RerankConfig
+from context_engine.errors import ContextEngineError, InvalidRequest
+from context_engine.knowledge import agents, guard, shape
+from context_engine.knowledge.agents import AgentScope
+from context_engine.knowledge.expand import expand_query, searched_queries
+from context_engine.knowledge.models import KnowledgeMatch, KnowledgeResult, KnowledgeTimings, KnowledgeTrace
+from context_engine.llm.base import HttpClientFactory, LLMClient
+from context_engine.principals import resolve
+from context_engine.redaction import RedactionPolicy
+from context_engine.rerank.base import Reranker
+from context_engine.retrieval import fusion, legs, query_shape
+from context_engine.storage import repository as repo
+
+if TYPE_CHECKING:
+    from context_engine.engine import ContextEngine
+
+log = logging.getLogger("context_engine.knowledge")
+
+MAX_TOP_K = 20
+MAX_QUERY_CHARS = 4000
+CHANNELS = ("vector", "fts")
+
+
+class _Models:
+    """The LLM and the judge for one call, built on first use (so the no-model path builds nothing)."""
+
+    def __init__(self, config: ContextEngineConfig, factory: HttpClientFactory | None):
+        self._config = config
+        self._factory = factory
+        self._llm: LLMClient | None = None
+        self._reranker: Reranker | None = None
+        self._reranker_built = False
+
+    def llm(self) -> LLMClient:
+        if self._llm is None:
+            from context_engine.llm.factory import build_llm
+
+            assert self._config.llm is not None
+            self._llm = build_llm(self._config.llm, self._factory)
+        return self._llm
+
+    def reranker(self) -> Reranker | None:
+        if not self._reranker_built:
+            from context_engine.rerank.factory import build_reranker
+
+            uses_llm = self._config.rerank is None or self._config.rerank.provider == "llm"
+            llm = self.llm() if uses_llm and self._config.llm is not None else None
+            self._reranker = build_reranker(self._config, self._factory, llm)
+            self._reranker_built = True
+        return self._reranker
+
+    async def aclose(self) -> None:
+        for closable in (self._reranker, self._llm):
+            if closable is not None:
+                await closable.aclose()
+
+
+def _ms(started: float) -> int:
+    return round((time.perf_counter() - started) * 1000)
+
+
+def _check(query: Any, top_k: Any, expand: Any, rerank: Any) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidRequest("query must be a non-empty string")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidRequest(f"query is longer than {MAX_QUERY_CHARS} characters")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidRequest(f"top_k must be an integer between 1 and {MAX_TOP_K}")
+    if not isinstance(expand, bool) or not isinstance(rerank, bool):
+        raise InvalidRequest("expand and rerank must be booleans")
+    return query.strip()
+
+
+async def knowledge_query(
+    engine: ContextEngine,
+    query: str,
+    *,
+    top_k: int = 5,
+    agent_id: str | None = None,
+    expand: bool = True,
+    rerank: bool = True,
+    principals: Iterable[str] | object | None = None,
+    source_ids: Sequence[str] | None = None,
+    redaction: RedactionPolicy | None = None,
+    redaction_secret_key: str | bytes | None = None,
+) -> KnowledgeResult:
+    """The best ``top_k`` passages for ``query`` and a trace of how they were found (see module doc).
+
+    The output redaction policy (the engine's, the view's, or this call's) applies to every text that
+    leaves the engine: the passages, names and sections returned, and the passages shown to the judge.
+    """
+    query = _check(query, top_k, expand, rerank)
+    caller = resolve(principals)  # type: ignore[arg-type]
+    red = engine._redactor(caller, redaction, redaction_secret_key)
+    if source_ids is not None and (isinstance(source_ids, str) or not all(isinstance(s, str) for s in source_ids)):
+        raise InvalidRequest("source_ids must be a list of strings")
+    sql = await engine._ready()
+    if agent_id is not None:
+        agent_id = await agents.require_agent(sql, agent_id)
+    scope = AgentScope(caller, list(source_ids) if source_ids is not None else None, None, agent_id)
+    config = engine.config
+    models = _Models(config, engine._http_client_factory)
+    tokens = 0
+    try:
+        # 1. expand
+        started = time.perf_counter()
+        queries = [query]
+        if expand and config.llm is not None and shape.maybe_compound(query):
+            llm = models.llm()  # a misconfigured model is the operator's error, raised, not skipped
+            try:
+                subs, used = await asyncio.wait_for(
+                    expand_query(llm, query, max_sub_queries=config.knowledge.max_sub_queries),
+                    timeout=config.knowledge.expand_timeout,
+                )
+                tokens += used
+                queries = searched_queries(query, subs)
+            except Exception as exc:  # any failure: the question alone is still searched
+                tokens += int(getattr(exc, "tokens", 0) or 0)
+                log.warning("query expansion failed (%s); searching the question alone", _describe(exc))
+        expand_ms = _ms(started)
+
+        # 2-4. search every query on both channels, fuse, widen for enumerations
+        started = time.perf_counter()
+        enumeration = shape.is_enumeration(query)
+        limit = config.knowledge.enumeration_candidates if enumeration else config.knowledge.candidates
+        rankings, similarity, vectors = await _search(engine, sql, queries, scope, limit)
+        weights = {leg: config.fusion.weights.get(leg.split(":", 1)[0], 0.0) for leg in rankings}
+        fused = fusion.rrf(rankings, weights, config.fusion.k)
+        rows: dict[int, dict[str, Any]] = {}
+        if enumeration and fused:
+            rows = await repo.fetch_hits(sql, [cid for cid, _ in fused], scope)
+            listed = [cid for cid, _ in fused if cid in rows and shape.list_like(rows[cid]["text"], rows[cid]["kind"])]
+            if listed:
+                rankings["structure"] = listed
+                weights["structure"] = max(config.fusion.weights.get(c, 0.0) for c in CHANNELS)
+                fused = fusion.rrf(rankings, weights, config.fusion.k)
+        search_ms = _ms(started)
+        scores = dict(fused)
+        order = [cid for cid, _ in fused]
+
+        # 5. guarded rerank
+        started = time.perf_counter()
+        reason, rerank_scores = "not_requested", {}
+        if rerank:
+            reranker = models.reranker()
+            if reranker is None:
+                reason = "no_reranker"
+            elif len(order) <= top_k:
+                reason = "pool_not_larger_than_top_k"
+            else:
+                settings = config.rerank or RerankConfig()
+                pool = order[: max(settings.pool_size, top_k)]
+                missing = [cid for cid in pool if cid not in rows]
+                if missing:
+                    rows.update(await repo.fetch_hits(sql, missing, scope))
+                pool = [cid for cid in pool if cid in rows]
+                passages = [red.text(rows[cid]["text"]) or "" for cid in pool]
+                reason, judged, used = await _judge(reranker, query, passages, settings)
+                tokens += used
+                if judged is not None:
+                    picked = guard.judged_order(judged)
+                    rerank_scores = {pool[i]: judged[i] for i in picked}
+                else:
+                    picked = guard.deterministic_order(query, passages)
+                head = [pool[i] for i in picked]
+                judged_ids = set(head)
+                order = head + [cid for cid in order if cid not in judged_ids]
+        judged_at_all = reason not in ("not_requested", "no_reranker", "pool_not_larger_than_top_k")
+        rerank_ms = _ms(started) if judged_at_all else 0
+
+        # the answer
+        started = time.perf_counter()
+        top = order[:top_k]
+        missing = [cid for cid in top if cid not in rows]
+        if missing:
+            rows.update(await repo.fetch_hits(sql, missing, scope))
+        top = [cid for cid in top if cid in rows]
+        unscored = [cid for cid in top if cid not in similarity]
+        if unscored and vectors:
+            similarity.update(await _similarity(sql, unscored, vectors, scope))
+        search_ms += _ms(started)
+        found = {
+            channel: {cid for leg, ids in rankings.items() if leg.startswith(channel) for cid in ids}
+            for channel in CHANNELS
+        }
+        matches = [
+            KnowledgeMatch(
+                source_id=str(rows[cid]["document_id"]),
+                source_name=red.text(rows[cid]["document_name"]) or "",
+                collection_id=rows[cid]["source_id"],
+                dossier_name=rows[cid]["source_id"],
+                chunk_id=str(cid),
+                section=red.text(rows[cid]["section"]),
+                page=rows[cid]["page"],
+                content=shape.clip(red.text(rows[cid]["text"]) or ""),
+                similarity=round(min(1.0, max(0.0, similarity[cid])), 6) if cid in similarity else None,
+                score=round(scores[cid], 6),
+                matched_by=[c for c in CHANNELS if cid in found[c]],
+                rerank_score=round(rerank_scores[cid], 4) if cid in rerank_scores else None,
+            )
+            for cid in top
+        ]
+        trace = KnowledgeTrace(
+            queries=queries,
+            vector_backend="pgvector",
+            candidate_count=len(fused),
+            rerank_applied=reason == "applied",
+            timings=KnowledgeTimings(expand_ms=expand_ms, search_ms=search_ms, rerank_ms=rerank_ms),
+            tokens_used=tokens,
+            rerank_reason=reason,
+        )
+        return KnowledgeResult(matches=matches, trace=trace)
+    finally:
+        await models.aclose()
+
+
+async def _search(
+    engine: ContextEngine, sql: AsyncEngine, queries: list[str], scope: AgentScope, limit: int
+) -> tuple[dict[str, list[int]], dict[int, float], list[list[float]]]:
+    """(rankings keyed ``fts:i``/``vector:i``, best similarity per chunk, the query vectors)."""
+    cfg, weights = engine.config.search, engine.config.fusion.weights
+    vectors: list[list[float]] = []
+    plan: legs.VectorPlan | None = None
+    if weights.get("vector", 0) > 0:
+        vectors, plan = await asyncio.gather(
+            engine.embedder.embed(list(queries), kind="query"),
+            _plan(sql, scope, engine.config.storage.ann_exact_threshold),
+        )
+    tasks: dict[str, Any] = {}
+    for i, q in enumerate(queries):
+        if weights.get("fts", 0) > 0:
+            tasks[f"fts:{i}"] = legs.fts_leg(
+                sql,
+                q,
+                scope,
+                limit=limit,
+                config=engine._text_search_config,
+                match=cfg.lexical_match,
+                rank=cfg.lexical_rank,
+                normalization=cfg.lexical_normalization,
+                stopwords=cfg.lexical_stopwords,
+                bm25_k1=cfg.bm25.k1,
+                bm25_b=cfg.bm25.b,
+            )
+        if plan is not None:
+            tasks[f"vector:{i}"] = legs.vector_leg(sql, vectors[i], scope, limit=limit, plan=plan)
+    results = dict(zip(tasks, await asyncio.gather(*tasks.values()), strict=True))
+    similarity: dict[int, float] = {}
+    rankings: dict[str, list[int]] = {}
+    for leg, pairs in results.items():
+        if leg.startswith("vector") and cfg.vector_floor == "adaptive":
+            floor = query_shape.vector_floor(queries[int(leg.split(":")[1])])
+            pairs = [p for p in pairs if p[1] >= floor]
+        rankings[leg] = [cid for cid, _ in pairs]
+        if leg.startswith("vector"):
+            for cid, sim in pairs:
+                similarity[cid] = max(sim, similarity.get(cid, -1.0))
+    return rankings, similarity, vectors
+
+
+async def _plan(sql: AsyncEngine, scope: AgentScope, threshold: int) -> legs.VectorPlan:
+    """``legs.plan_vector``; with an agent, its eligible rows are always counted (an exact scan of a
+    small linked slice beats an approximate index post-filtered down to it)."""
+    if scope.agent_id is None:
+        return await legs.plan_vector(sql, scope, threshold=threshold)
+    params: dict[str, Any] = {"cap": threshold + 1}
+    query = (
+        "SELECT count(*) FROM (SELECT 1 FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
+        f"AND {scope.predicate('c', params)} LIMIT :cap) s"
+    )
+    async with sql.connect() as conn:
+        eligible = int(await conn.scalar(text(query), params) or 0)
+    return legs.VectorPlan("exact" if eligible <= threshold else "ann", eligible)
+
+
+async def _similarity(
+    sql: AsyncEngine, ids: list[int], vectors: list[list[float]], scope: AgentScope
+) -> dict[int, float]:
+    """Best cosine similarity to any query vector, for passages only the full-text channel found."""
+    params: dict[str, Any] = {"ids": ids}
+    terms = []
+    for i, vector in enumerate(vectors):
+        params[f"qv{i}"] = legs.vector_literal(vector)
+        terms.append(f"1 - (c.embedding <=> CAST(:qv{i} AS vector))")
+    best = terms[0] if len(terms) == 1 else f"GREATEST({', '.join(terms)})"
+    query = (
+        f"SELECT c.id, {best} FROM ce_chunks c WHERE c.id = ANY(CAST(:ids AS bigint[])) "
+        f"AND c.embedding IS NOT NULL AND {scope.predicate('c', params)}"
+    )
+    async with sql.connect() as conn:
+        return {int(r[0]): float(r[1]) for r in (await conn.execute(text(query), params)).all()}
+
+
+async def _judge(
+    reranker: Reranker, query: str, passages: list[str], settings: RerankConfig
+) -> tuple[str, list[float | None] | None, int]:
+    """(reason, the judge's scores when its verdict stands else None, tokens)."""
+    try:
+        result = await asyncio.wait_for(reranker.rerank(query, passages), timeout=settings.timeout)
+    except TimeoutError:
+        log.warning("rerank judge timed out after %.1f s; using the deterministic order", settings.timeout)
+        return "timeout", None, 0
+    except Exception as exc:
+        log.warning("rerank judge failed (%s); using the deterministic order", _describe(exc))
+        return "error", None, int(getattr(exc, "tokens", 0) or 0)
+    use, reason, tau = guard.verdict(
+        result.scores, relevance_floor=settings.relevance_floor, min_tau=settings.min_consensus_tau
+    )
+    if not use:
+        log.info("rerank verdict discarded (%s, tau=%.2f); using the deterministic order", reason, tau)
+    return reason, (result.scores if use else None), result.tokens
+
+
+def _describe(exc: BaseException) -> str:
+    """Type and stable code only: provider messages stay out of logs (they are redacted, but may be long)."""
+    code = exc.code if isinstance(exc, ContextEngineError) else None
+    return type(exc).__name__ + (f", code {code}" if code else "")

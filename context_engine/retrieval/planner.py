@@ -1,0 +1,167 @@
+"""The vector leg's plan: an exact scan of the rows the caller may see, or the HNSW index.
+
+Why a planner at all: an approximate index under a ``WHERE`` clause is a post-filter. The index
+walks toward the query, discards the rows the caller may not see, and stops when its budget is
+spent, so a caller who sees a small slice of the corpus (worse: a topically clustered one, which
+is what real permissions are) gets short, empty or wrong answers and no error. pgvector 0.8's
+iterative scan narrows that gap but does not close it (benchmarks/README.md, "ACL recall"). Below
+``storage.ann_exact_threshold`` eligible rows an exact scan of just those rows is both correct and
+cheap, so the caller gets what an exact search over their slice gives; above it the slice is large
+enough that the index is both much faster and meets eligible rows often.
+
+Why the estimate comes from ``ce_vector_counts`` (migration 0004): counting the eligible rows at
+query time (even capped) costs about as much as the exact scan it decides on, and Postgres's own
+row estimate for ``acl && principals`` comes from sampled, possibly stale array statistics (a
+principal that arrived after the last ANALYZE is guessed at 0.5% of the table). The counts are kept
+current by triggers in the same transaction as every write, so reading them is one index lookup per
+principal. A ``document_ids`` pin is not in those counts, so it is counted directly (capped), which
+is cheap because it narrows by the document index first.
+
+Why the plan is forced: Postgres's choice between the GIN bitmap on ``acl`` and the HNSW index is a
+cost estimate that flips with statistics; ``exact`` orders by an expression the index cannot serve,
+``ann`` disables the alternatives to the index scan for its own transaction only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+if TYPE_CHECKING:
+    from context_engine.retrieval.legs import Scope
+
+EXACT = "exact"
+ANN = "ann"
+
+#: pgvector's default ``hnsw.max_scan_tuples``; the budget is only ever raised above it
+DEFAULT_MAX_SCAN_TUPLES = 20_000
+#: headroom over the tuples a uniformly spread slice would need before ``limit`` rows are found
+SCAN_HEADROOM = 4
+#: the most tuples one iterative scan may visit before the leg falls back to an exact scan
+MAX_SCAN_TUPLES_CAP = 1_000_000
+
+
+@dataclass
+class VectorPlan:
+    """The decision for one vector search, reported in ``usage["vector_plan"]``.
+
+    ``eligible`` is the estimated number of rows the caller's ACL and scope admit (``None`` when
+    not estimated), ``total`` the rows in the whole index (sizes the ANN budget by selectivity).
+    ``fallback`` is set by the leg when an ``ann`` answer came back short while the estimate said
+    more rows exist, and the leg re-ran exactly. ``settings`` pins the index settings instead of
+    sizing them (the benchmark's baselines and the exposure check's bare query use it, with
+    ``allow_fallback=False``, to show what the index alone returns).
+    """
+
+    plan: str  # "exact" | "ann"
+    eligible: int | None
+    total: int | None = None
+    method: str = "given"  # "counts" | "capped_count" | "given"
+    threshold: int | None = None
+    fallback: bool = False
+    ef_search: int | None = None
+    max_scan_tuples: int | None = None
+    settings: dict[str, str] | None = None
+    allow_fallback: bool = True
+
+    def usage(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan,
+            "eligible_rows": self.eligible,
+            "estimate": self.method,
+            "threshold": self.threshold,
+            "fallback": self.fallback,
+            "ef_search": self.ef_search,
+            "max_scan_tuples": self.max_scan_tuples,
+        }
+
+
+async def count_estimate(conn: AsyncConnection, scope: Scope) -> tuple[int, int]:
+    """``(eligible, total)`` from ``ce_vector_counts``: one indexed read per principal and source.
+
+    ``eligible`` is exact for a caller with one principal (or none) and an upper bound when one row
+    may carry several of the caller's principals; it never exceeds the rows in the scoped sources.
+    """
+    source_ids = scope.source_ids
+    params: dict[str, Any] = {}
+    in_scope = "TRUE"
+    if source_ids is not None:
+        params["ps"] = list(source_ids)
+        in_scope = "v.source_id = ANY(CAST(:ps AS text[]))"
+    if scope.principals is None:
+        visible = "v.kind = 'all'"
+    else:
+        params["pp"] = [p for p in scope.principals if p]
+        visible = "(v.kind = 'public' OR (v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[]))))"
+    sql = (
+        "SELECT coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'all'), 0) AS total, "
+        f"coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'all' AND {in_scope}), 0) AS scoped, "
+        f"coalesce(sum(v.chunks) FILTER (WHERE {visible} AND {in_scope}), 0) AS visible "
+        "FROM ce_vector_counts v"
+    )
+    if scope.principals is not None:
+        # the 'all' and 'public' rows (one each per source) and one primary-key probe per principal
+        sql += " WHERE v.kind IN ('all', 'public') OR (v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[])))"
+    row = (await conn.execute(text(sql), params)).one()
+    total, scoped, visible_rows = int(row[0]), int(row[1]), int(row[2])
+    return min(visible_rows, scoped), total
+
+
+async def capped_count(conn: AsyncConnection, scope: Scope, cap: int) -> int:
+    """Eligible rows counted under the shared predicate, stopping at ``cap``: exact, costs O(rows)."""
+    params: dict[str, Any] = {"cap": cap}
+    sql = (
+        "SELECT count(*) FROM (SELECT 1 FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
+        f"AND {scope.predicate('c', params)} LIMIT :cap) s"
+    )
+    return int(await conn.scalar(text(sql), params) or 0)
+
+
+async def plan_vector(db: AsyncEngine, scope: Scope, *, threshold: int) -> VectorPlan:
+    """Exact below ``threshold`` estimated eligible rows, the HNSW index above it."""
+    async with db.connect() as conn:
+        total: int | None = None
+        method = "counts"
+        try:
+            eligible, total = await count_estimate(conn, scope)
+        except ProgrammingError:  # a schema from before migration 0004: count the slice instead
+            await conn.rollback()
+            eligible, method = await capped_count(conn, scope, threshold + 1), "capped_count"
+        if scope.document_ids is not None and eligible > threshold:
+            eligible, method = min(eligible, await capped_count(conn, scope, threshold + 1)), "capped_count"
+    return VectorPlan(EXACT if eligible <= threshold else ANN, eligible, total, method, threshold)
+
+
+def ann_settings(plan: VectorPlan, limit: int) -> dict[str, str]:
+    """Session settings (transaction-local) for one forced, iterative HNSW scan.
+
+    ``ef_search`` grows with the rows asked for. ``max_scan_tuples`` is raised above pgvector's
+    default when the estimate says the slice is small: a uniformly spread slice of selectivity s
+    needs about ``ef_search / s`` tuples before ``limit`` eligible rows are met, and a clustered one
+    more, hence the headroom; past the cap the leg's exact fallback is cheaper than walking on.
+    """
+    ef = min(1000, max(100, 2 * limit))
+    budget = DEFAULT_MAX_SCAN_TUPLES
+    if plan.eligible and plan.total:
+        need = math.ceil(SCAN_HEADROOM * ef * plan.total / plan.eligible)
+        budget = max(budget, min(need, MAX_SCAN_TUPLES_CAP, max(plan.total, DEFAULT_MAX_SCAN_TUPLES)))
+    plan.ef_search, plan.max_scan_tuples = ef, budget
+    return index_settings(ef, "relaxed_order", budget)
+
+
+def index_settings(ef_search: int, iterative: str = "off", max_scan_tuples: int | None = None) -> dict[str, str]:
+    """Transaction-local settings that force an HNSW scan with these parameters.
+
+    With sequential scans, bitmap scans and sorts disabled, the ordered index scan is the only plan
+    without a disabled node, whatever the statistics say. ``iterative`` is ``off`` (a plain
+    post-filter), ``relaxed_order`` or ``strict_order``.
+    """
+    settings = {"hnsw.ef_search": str(ef_search), "hnsw.iterative_scan": iterative}
+    if max_scan_tuples is not None:
+        settings["hnsw.max_scan_tuples"] = str(max_scan_tuples)
+    return settings | {"enable_seqscan": "off", "enable_bitmapscan": "off", "enable_sort": "off"}

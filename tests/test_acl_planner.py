@@ -1,0 +1,245 @@
+"""The vector leg's exact-or-approximate planner, on a real PostgreSQL.
+
+The corpus these tests build is the failure the planner exists for, at small scale: most rows sit
+around the query, and one caller's slice is a small cluster on the far side of the space. An HNSW
+walk toward the query spends its whole ``ef_search`` budget on rows that caller may not see, so a
+forced-index post-filter comes back short; the engine must still return exactly what an exact
+search over that caller's rows returns.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+
+import numpy as np
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from context_engine import TRUSTED, ContextEngine
+from context_engine.retrieval import planner
+from context_engine.retrieval.legs import Scope, plan_vector, vector_leg, vector_literal
+from context_engine.retrieval.planner import VectorPlan
+from context_engine.storage.database import to_driver_url
+from context_engine.storage.migrate import _split, migrations_dir
+from tests.conftest import make_config
+
+QUERY = "quarterly revenue forecast for the northern region"
+CROWD, FAR = "group:crowd", "group:far"
+VECTOR_ONLY = {"weights": {"fts": 0, "trigram": 0, "vector": 1}}
+MIGRATION = next(migrations_dir().glob("0004_*.sql"))
+
+
+def insert_clustered(url: str, centre: Sequence[float], *, crowd: int = 1200, far: int = 24, seed: int = 0) -> None:
+    """``crowd`` rows around ``centre`` under ``group:crowd`` and ``far`` rows around its antipode
+    under ``group:far``, as two documents of source ``test``, written straight to the tables."""
+    rng = np.random.default_rng(seed)
+    c = np.asarray(centre, dtype=np.float64)
+    c /= np.linalg.norm(c)
+
+    def around(point: np.ndarray, n: int) -> np.ndarray:
+        noise = rng.standard_normal((n, len(point)))
+        noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+        rows = point + 0.8 * noise
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for acl, vectors in ((CROWD, around(c, crowd)), (FAR, around(-c, far))):
+            doc = str(uuid.uuid4())
+            conn.execute(
+                "INSERT INTO ce_documents (id, source_id, name, mime, acl, status, chunk_count, version, "
+                "created_revision, updated_revision) "
+                "VALUES (%s, 'test', %s, 'text/plain', %s, 'completed', %s, 1, 1, 1)",
+                (doc, f"{acl}.txt", [acl], len(vectors)),
+            )
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, tsv, "
+                    "embedding, valid_from) VALUES (%s, 1, %s, 'test', %s, %s, %s, ''::tsvector, %s::vector, 1)",
+                    [
+                        (doc, i, [acl], f"{acl} chunk {i}", f"h{i}", vector_literal(v.tolist()))
+                        for i, v in enumerate(vectors)
+                    ],
+                )
+        conn.execute("ANALYZE ce_chunks")
+
+
+async def oracle(db: AsyncEngine, vector: Sequence[float], scope: Scope, k: int) -> list[int]:
+    """Exact top k over the caller's eligible rows, every row scored in Postgres."""
+    params = {"qv": vector_literal(vector), "k": k}
+    sql = (
+        "SELECT c.id FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
+        f"AND {scope.predicate('c', params)} ORDER BY (c.embedding <=> CAST(:qv AS vector)) + 0, c.id LIMIT :k"
+    )
+    async with db.connect() as conn:
+        return [int(r[0]) for r in (await conn.execute(text(sql), params)).all()]
+
+
+async def direct_count(db: AsyncEngine, scope: Scope) -> int:
+    params: dict[str, object] = {}
+    sql = (
+        "SELECT count(*) FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
+        f"AND {scope.predicate('c', params)}"
+    )
+    async with db.connect() as conn:
+        return int(await conn.scalar(text(sql), params) or 0)
+
+
+@pytest.fixture
+async def sql(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """A pool of our own on the test database, for the leg-level calls and the oracle."""
+    db = create_async_engine(to_driver_url(database_url), pool_size=2)
+    try:
+        yield db
+    finally:
+        await db.dispose()
+
+
+@pytest.fixture
+async def clustered(database_url: str) -> AsyncIterator[tuple[ContextEngine, list[float]]]:
+    """A vector-only engine over the clustered corpus, and the embedding of ``QUERY``."""
+    async with ContextEngine(make_config(database_url, fusion=VECTOR_ONLY)) as eng:
+        await eng.stats(principals=TRUSTED)  # migrates
+        vector = (await eng.embedder.embed([QUERY], kind="query"))[0]
+        insert_clustered(database_url, vector)
+        yield eng, vector
+
+
+async def test_engine_returns_the_oracle_rows_where_a_post_filter_comes_back_short(
+    clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
+) -> None:
+    eng, vector = clustered
+    scope = Scope((FAR,))
+    bare = VectorPlan(planner.ANN, None, settings=planner.index_settings(40, "off"), allow_fallback=False)
+    post_filtered = await vector_leg(sql, vector, scope, limit=10, plan=bare)
+    assert len(post_filtered) < 10  # the failure: the index walk never reaches the caller's rows
+
+    truth = await oracle(sql, vector, scope, 10)
+    assert len(truth) == 10
+    result = await eng.search(QUERY, principals=[FAR], top_k=10)
+    assert [h.chunk_id for h in result.hits] == truth
+    assert all(h.document_name == f"{FAR}.txt" for h in result.hits)
+    plan = result.usage["vector_plan"]
+    assert plan["plan"] == "exact" and plan["eligible_rows"] == 24 and plan["estimate"] == "counts"
+    assert plan["fallback"] is False and plan["threshold"] == eng.config.storage.ann_exact_threshold
+
+
+async def test_above_the_threshold_the_forced_iterative_index_scan_still_returns_the_oracle_rows(
+    database_url: str, clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
+) -> None:
+    _, vector = clustered
+    config = make_config(database_url, fusion=VECTOR_ONLY, storage={"auto_migrate": True, "ann_exact_threshold": 5})
+    async with ContextEngine(config) as eng:
+        result = await eng.search(QUERY, principals=[FAR], top_k=10)
+    plan = result.usage["vector_plan"]
+    assert plan["plan"] == "ann" and plan["eligible_rows"] == 24
+    # a 2% slice: the iterative budget is raised above pgvector's default of 20,000 tuples
+    assert plan["ef_search"] == 100 and plan["max_scan_tuples"] >= planner.DEFAULT_MAX_SCAN_TUPLES
+    assert [h.chunk_id for h in result.hits] == await oracle(sql, vector, Scope((FAR,)), 10)
+
+
+async def test_a_short_index_answer_falls_back_to_the_exact_scan(
+    clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
+) -> None:
+    _, vector = clustered
+    scope = Scope((FAR,))
+    # the index alone (no iterative scan) comes back short; the estimate says 24 rows exist
+    plan = VectorPlan(planner.ANN, 24, settings=planner.index_settings(40, "off"))
+    found = await vector_leg(sql, vector, scope, limit=10, plan=plan)
+    assert plan.fallback is True
+    assert [cid for cid, _ in found] == await oracle(sql, vector, scope, 10)
+
+
+async def test_each_plan_is_forced_whatever_postgres_would_choose(
+    clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
+) -> None:
+    _, vector = clustered
+    params: dict[str, object] = {"qv": vector_literal(vector)}
+    where = f"c.valid_to IS NULL AND c.embedding IS NOT NULL AND {Scope((FAR,)).predicate('c', params)}"
+    distance = "c.embedding <=> CAST(:qv AS vector)"
+    ann = f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY {distance} LIMIT 10"
+    exact = f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY ({distance}) + 0 LIMIT 10"
+    async with sql.begin() as conn:
+        for name, value in planner.index_settings(40, "relaxed_order").items():
+            await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+        shown = "\n".join(r[0] for r in (await conn.execute(text(ann), params)).all())
+        assert "ix_ce_chunks_embedding" in shown  # a 2% slice, still the index: the choice is ours
+        shown = "\n".join(r[0] for r in (await conn.execute(text(exact), params)).all())
+        assert "ix_ce_chunks_embedding" not in shown  # no setting lets the index serve the exact ordering
+
+
+async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextEngine, sql: AsyncEngine) -> None:
+    words = " ".join(f"word{i} about budgets and planning" for i in range(300))
+    a = (await engine.ingest(text=words, name="a.md", acl=["group:a"], source_id="s1")).documents[0]
+    b = (await engine.ingest(text="beta notes", name="b.md", acl=["group:a", "group:b"], source_id="s2")).documents[0]
+    await engine.ingest(text="gamma notes for everyone", name="c.md", source_id="s1")
+    assert a.chunks > 1
+
+    async def check() -> None:
+        callers: list[tuple[str, ...] | None] = [(), ("group:a",), ("group:b",), ("group:a", "group:b"), None]
+        for principals in callers:
+            for sources in (None, ["s1"], ["s2"], ["s1", "s2"]):
+                scope = Scope(principals, sources)
+                async with sql.connect() as conn:
+                    estimate, total = await planner.count_estimate(conn, scope)
+                true = await direct_count(sql, scope)
+                assert total == await direct_count(sql, Scope(None))
+                if principals is None or len(principals) <= 1:
+                    assert estimate == true, (principals, sources)
+                else:  # a row carrying both principals is counted under each: an upper bound
+                    assert true <= estimate <= await direct_count(sql, Scope(None, sources))
+
+    await check()
+    await engine.update_document(a.document_id, acl=["group:b"], principals=TRUSTED)
+    await check()
+    await engine.ingest(text="a shorter second version", name="a.md", acl=["group:b"], source_id="s1")
+    await check()
+    await engine.delete_document(b.document_id, principals=TRUSTED)
+    await check()
+
+    # re-running migration 0004 recounts from the rows, and agrees with what the triggers kept
+    revision = MIGRATION.read_text(encoding="utf-8")
+    async with sql.begin() as conn:
+        before = (await conn.execute(text("SELECT * FROM ce_vector_counts WHERE chunks <> 0 ORDER BY 1, 2, 3"))).all()
+        await conn.execute(text("UPDATE ce_vector_counts SET chunks = 0"))
+        for statement in _split(revision):
+            await conn.exec_driver_sql(statement)
+        after = (await conn.execute(text("SELECT * FROM ce_vector_counts WHERE chunks <> 0 ORDER BY 1, 2, 3"))).all()
+    assert after == before
+    await check()
+
+
+async def test_small_corpora_and_pins(engine: ContextEngine, sql: AsyncEngine) -> None:
+    doc = (await engine.ingest(text="planner notes " * 20, name="p.md", acl=["group:a"])).documents[0]
+    result = await engine.search("planner notes", principals=TRUSTED)
+    # a trusted caller over a corpus smaller than the threshold scans exactly as well
+    assert result.usage["vector_plan"]["plan"] == "exact"
+    assert result.usage["vector_plan"]["eligible_rows"] == await direct_count(sql, Scope(None))
+
+    everyone = await plan_vector(sql, Scope(("group:a",)), threshold=0)
+    assert everyone.plan == "ann" and everyone.method == "counts"
+    pinned = await plan_vector(sql, Scope(("group:a",), document_ids=[doc.document_id]), threshold=0)
+    assert pinned.method == "capped_count" and pinned.eligible == 1  # counted: capped at threshold + 1
+    nobody = await plan_vector(sql, Scope(("group:nobody",)), threshold=0)
+    assert nobody.plan == "exact" and nobody.eligible == 0
+
+    async with sql.begin() as conn:  # a schema from before migration 0004
+        await conn.execute(text("DROP TABLE ce_vector_counts CASCADE"))
+    older = await plan_vector(sql, Scope(("group:a",)), threshold=100)
+    assert older.method == "capped_count" and older.plan == "exact"
+    assert older.eligible == await direct_count(sql, Scope(("group:a",)))
+
+
+def test_the_iterative_budget_grows_as_the_slice_shrinks() -> None:
+    broad = VectorPlan(planner.ANN, 500_000, total=1_000_000)
+    planner.ann_settings(broad, 10)
+    assert (broad.ef_search, broad.max_scan_tuples) == (100, planner.DEFAULT_MAX_SCAN_TUPLES)
+    narrow = VectorPlan(planner.ANN, 1_000, total=1_000_000)
+    settings = planner.ann_settings(narrow, 50)
+    assert narrow.ef_search == 100 and narrow.max_scan_tuples == planner.SCAN_HEADROOM * 100 * 1000
+    assert settings["hnsw.iterative_scan"] == "relaxed_order" and settings["enable_seqscan"] == "off"
+    tiny = VectorPlan(planner.ANN, 10, total=10_000_000)
+    planner.ann_settings(tiny, 400)
+    assert tiny.ef_search == 800 and tiny.max_scan_tuples == planner.MAX_SCAN_TUPLES_CAP
