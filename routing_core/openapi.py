@@ -17,9 +17,10 @@ from routing_core.schemas import ErrorBody
 _ERRORS = {
     "400": "Invalid request (empty query, bound out of range, bad JSON or a wrong field type)",
     "401": "Missing or invalid credentials",
-    "403": "The caller may not file a document under that ACL",
+    "403": "Forbidden: an ACL the caller does not hold, or credentials without the knowledge scope",
     "404": "Not found, or not visible to the caller (the two are indistinguishable)",
     "413": "Body or file over the configured size",
+    "429": "Rate limited (POST /knowledge/query); see the Retry-After header",
     "405": "Method not allowed on this path",
     "500": "Server error (including a principals resolver that returned None)",
     "502": "An outbound provider (embeddings) failed",
