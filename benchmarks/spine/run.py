@@ -148,10 +148,13 @@ async def main() -> None:
             total = time.perf_counter() - started
             queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(args.queries)]
             direct: list[float] = []
+            stages: dict[str, list[float]] = {}
             for q in queries:
                 t0 = time.perf_counter()
-                await engine.search(q, principals=["group:1", "group:2"], top_k=10)
+                result = await engine.search(q, principals=["group:1", "group:2"], top_k=10)
                 direct.append(time.perf_counter() - t0)
+                for stage, ms in result.usage["timings_ms"].items():
+                    stages.setdefault(stage, []).append(ms)
             without = args.docs / (total - embedder.seconds)
             print(f"machine: {os.cpu_count()} cores")
             print(
@@ -162,6 +165,8 @@ async def main() -> None:
             print("| path                     |     n |  p50 ms  |  p95 ms  |")
             print("|--------------------------|-------|----------|----------|")
             print(_row("engine.search (direct)", direct))
+            medians = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in stages.items())
+            print(f"\nmedian ms per stage of the direct searches (legs run concurrently): {medians}\n")
             loop = asyncio.get_running_loop()
             for port, (name, (kind, app)) in enumerate(_apps(engine).items(), start=18731):
                 server = _serve_uvicorn(app, port) if kind == "asgi" else _serve_wsgi(app, port)
