@@ -277,19 +277,7 @@ class ContextEngine:
         if weights.get("fts", 0) > 0:
             tasks["fts"] = timed(
                 "fts",
-                legs.fts_leg(
-                    sql,
-                    query,
-                    scope,
-                    limit=limit,
-                    config=self._text_search_config,
-                    match=cfg.lexical_match,
-                    rank=cfg.lexical_rank,
-                    normalization=cfg.lexical_normalization,
-                    stopwords=cfg.lexical_stopwords,
-                    bm25_k1=cfg.bm25.k1,
-                    bm25_b=cfg.bm25.b,
-                ),
+                self._fts_leg(sql, query, scope, limit),
             )
         words = query_shape.length_units(query)
         if weights.get("trigram", 0) > 0 and (cfg.trgm_max_query_words is None or words <= cfg.trgm_max_query_words):
@@ -347,6 +335,23 @@ class ContextEngine:
         if plan is not None:
             usage["vector_plan"] = plan.usage()
         return SearchResult(hits=hits, usage=usage)
+
+    def _fts_leg(self, sql: AsyncEngine, query: str, scope: Scope, limit: int) -> Any:
+        """The full-text leg with this engine's lexical settings (shared by search and knowledge)."""
+        cfg = self.config.search
+        return legs.fts_leg(
+            sql,
+            query,
+            scope,
+            limit=limit,
+            config=self._text_search_config,
+            match=cfg.lexical_match,
+            rank=cfg.lexical_rank,
+            normalization=cfg.lexical_normalization,
+            stopwords=cfg.lexical_stopwords,
+            bm25_k1=cfg.bm25.k1,
+            bm25_b=cfg.bm25.b,
+        )
 
     # ------------------------------------------------------------------ documents
     async def get_document(

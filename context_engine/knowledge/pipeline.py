@@ -265,19 +265,7 @@ async def _search(
     tasks: dict[str, Any] = {}
     for i, q in enumerate(queries):
         if weights.get("fts", 0) > 0:
-            tasks[f"fts:{i}"] = legs.fts_leg(
-                sql,
-                q,
-                scope,
-                limit=limit,
-                config=engine._text_search_config,
-                match=cfg.lexical_match,
-                rank=cfg.lexical_rank,
-                normalization=cfg.lexical_normalization,
-                stopwords=cfg.lexical_stopwords,
-                bm25_k1=cfg.bm25.k1,
-                bm25_b=cfg.bm25.b,
-            )
+            tasks[f"fts:{i}"] = engine._fts_leg(sql, q, scope, limit)
         if plan is not None:
             tasks[f"vector:{i}"] = legs.vector_leg(sql, vectors[i], scope, limit=limit, plan=plan)
     results = dict(zip(tasks, await asyncio.gather(*tasks.values()), strict=True))
