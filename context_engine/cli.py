@@ -72,9 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--data", required=True, type=Path, help="the BEIR-format folder")
     ev.add_argument("--database-url", help="PostgreSQL URL; the corpus goes into its own source, removed afterwards")
     ev.add_argument("--split", default="test", help="which qrels/<split>.tsv to evaluate (default test)")
-    ev.add_argument(
-        "--top-k", type=int, default=10, help="chunks per search for nDCG@10, MRR@10 and latency (default 10)"
-    )
+    ev.add_argument("--top-k", type=int, default=100, help="chunks per search, ranked into documents (default 100)")
     ev.add_argument(
         "--dense-baseline",
         action="store_true",

@@ -543,37 +543,31 @@ async def run_queries(
     name: str,
     *,
     source_id: str | None,
-    top_k: int = 10,
-    recall_depth: int = 100,
+    top_k: int = 100,
     progress: Progress | None = None,
 ) -> tuple[RunResult, dict[str, list[tuple[int, str, float, float | None]]]]:
     """Every judged query through ``engine.search``, one at a time so latency is per query.
 
-    Each query is asked as an application asks it, ``top_k`` chunks (10 by default): nDCG@10,
-    MRR@10 and the latency come from that call, with its documents ranked by their best chunk.
-    Recall@100 needs a deeper list, so a second call asks for ``recall_depth`` chunks. Two calls,
-    not one deep one, because ``top_k`` raises every leg's candidate count (``max(candidates,
-    top_k)``), which would score a configuration no default call ever runs.
+    The engine ranks chunks; BEIR judges documents. Each document is ranked by its best chunk among
+    the ``top_k`` returned (max score per document), and nDCG@10 and MRR@10 are computed on the
+    first ten documents of that list, Recall@100 on all of it. Asking for only 10 chunks would
+    often return fewer than 10 documents, since both halves of a split abstract can rank.
     """
     from context_engine.principals import TRUSTED
 
     scope = [source_id] if source_id is not None else None
     rankings: dict[str, list[str]] = {}
-    deep: dict[str, list[str]] = {}
     raw: dict[str, list[tuple[int, str, float, float | None]]] = {}
     latencies: list[float] = []
     for n, (qid, query) in enumerate(dataset.queries.items(), start=1):
         started = time.perf_counter()
         result = await engine.search(query, source_ids=scope, principals=TRUSTED, top_k=top_k)
         latencies.append((time.perf_counter() - started) * 1000)
-        rankings[qid] = dedupe_documents((h.document_name, h.score) for h in result.hits)
-        if recall_depth != top_k:
-            result = await engine.search(query, source_ids=scope, principals=TRUSTED, top_k=recall_depth)
         raw[qid] = [(h.chunk_id, h.document_name, h.score, h.similarity) for h in result.hits]
-        deep[qid] = dedupe_documents((h.document_name, h.score) for h in result.hits)
+        rankings[qid] = dedupe_documents((h.document_name, h.score) for h in result.hits)
         if progress is not None and (n % 50 == 0 or n == len(dataset.queries)):
             progress(name, n, len(dataset.queries))
-    return score_run(name, rankings, dataset.qrels, latencies, recall_rankings=deep), raw
+    return score_run(name, rankings, dataset.qrels, latencies), raw
 
 
 def describe_settings(config: Any) -> dict[str, Any]:
@@ -599,8 +593,7 @@ async def run_eval(
     config: Any = None,
     embedder: Embedder | None = None,
     split: str = "test",
-    top_k: int = 10,
-    recall_depth: int = 100,
+    top_k: int = 100,
     configurations: Mapping[str, Mapping[str, Any]] | None = None,
     baselines: Sequence[str] = ("bm25",),
     baseline_embedder: Embedder | None = None,
@@ -636,7 +629,7 @@ async def run_eval(
         config = config.model_copy(deep=True)
     if database_url is not None:
         config.database_url = database_url
-    config.search.max_top_k = max(config.search.max_top_k, top_k, recall_depth)
+    config.search.max_top_k = max(config.search.max_top_k, top_k)
     source_id = source_id or f"eval-{dataset.name}"
     throwaway = None
     if config.database_url is None and config.storage.data_dir is None:
@@ -665,7 +658,6 @@ async def run_eval(
                         name,
                         source_id=source_id if scope_searches else None,
                         top_k=top_k,
-                        recall_depth=recall_depth,
                         progress=progress,
                     )
                 rows.append(result)
@@ -685,9 +677,9 @@ async def run_eval(
         if throwaway is not None:
             throwaway.cleanup()
     notes.append(
-        f"engine rows: nDCG@10, MRR@10 and latency from search(top_k={top_k}), documents ranked by their "
-        f"best chunk; R@100 from a second search(top_k={recall_depth}); latency is the wall time of "
-        "engine.search, query embedding included, one query at a time" + (f"; vector plan {plan}" if plan else "")
+        f"engine rows: one search(top_k={top_k}) per query, documents ranked by their best chunk; latency is "
+        "the wall time of that call, query embedding included, one query at a time"
+        + (f"; vector plan {plan}" if plan else "")
     )
     return EvalReport(
         dataset=dataset.name,

@@ -154,3 +154,16 @@ async def test_migration_backfills_statistics_for_existing_chunks(database_url: 
         report = await migrate(sql, dim=engine.embedder.dim)
         assert report.applied == ["0002_bm25"]
         await _assert_stats_current(engine)
+
+
+async def test_a_section_heading_is_indexed_with_every_chunk_under_it(database_url: str) -> None:
+    config = make_config(database_url, fusion={"weights": {"fts": 1.0, "trigram": 0.0, "vector": 0.0}})
+    text = "# Volcanology\n\nMagma rises through the crust.\n\n## Eruptions\n\nAsh clouds form."
+    async with ContextEngine(config) as engine:
+        await engine.ingest(text=text, name="v")
+        await engine.ingest(text="Ash is also what remains of a fire.", name="fire")
+        # the nearest heading's words find the chunk under it, though the chunk's text never says them
+        hits = (await engine.search("eruptions", principals=TRUSTED)).hits
+        assert [(h.document_name, h.section) for h in hits] == [("v", "Eruptions")]
+        hits = (await engine.search("eruption ash", principals=TRUSTED)).hits
+        assert (hits[0].document_name, hits[0].section) == ("v", "Eruptions") and hits[1].document_name == "fire"

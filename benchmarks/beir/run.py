@@ -259,6 +259,31 @@ async def leg_hits(engine: ContextEngine, dataset: BeirDataset, leg: str, depth:
     return out
 
 
+async def cached_legs(
+    engine: ContextEngine, dataset: BeirDataset, config: ContextEngineConfig, args: argparse.Namespace
+) -> dict[str, Hits]:
+    """Each leg alone at depth 200, kept in results/ so fusion can be re-replayed without re-searching.
+
+    The file is keyed by the settings that shape the legs (the trigram leg alone takes most of the
+    time: long queries under its loosest threshold), and ignored with ``--fresh``.
+    """
+    search = config.search
+    key = f"{search.lexical_rank}-{search.lexical_match}-{search.bm25.k1}-{search.bm25.b}-{search.trgm_limit}"
+    path = RESULTS / f"legs-{dataset.name}-{args.text_search_config}-{key}.json"
+    if path.is_file() and not args.fresh:
+        log(f"replaying the legs saved in {path.name}")
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+        return {leg: {q: [tuple(h) for h in hits] for q, hits in per.items()} for leg, per in loaded.items()}
+    legs = {}
+    for leg in ("fts", "trigram", "vector"):
+        started = time.perf_counter()
+        legs[leg] = await leg_hits(engine, dataset, leg, 200)
+        log(f"  {leg} leg alone at depth 200: {time.perf_counter() - started:.0f} s")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(legs), encoding="utf-8")
+    return legs  # type: ignore[return-value]
+
+
 def replay(
     dataset: BeirDataset,
     legs: Mapping[str, Hits],
@@ -269,35 +294,34 @@ def replay(
     trgm_max_words: int | None,
     floor: bool,
     name: str,
+    top_k: int = 100,
 ) -> RunResult:
     """Fusion replayed from the legs' own rankings, with the engine's rules and its ``fusion.rrf``.
 
     As in ``ContextEngine.search``: each leg hands ``max(candidates, top_k)`` candidates, the trigram
     leg is skipped for queries longer than the cut-off, the adaptive floor drops vector candidates
-    below the query-shaped cosine, and ties break on the smaller chunk id. nDCG@10/MRR@10 use a
-    top_k=10 call and R@100 a top_k=100 call, as ``run_queries`` does.
+    below the query-shaped cosine, and ties break on the smaller chunk id. Documents are then
+    ranked by their best chunk among the fused ``top_k``, as ``run_queries`` does.
     """
-    shallow: dict[str, list[str]] = {}
-    deep: dict[str, list[str]] = {}
+    rankings_by_query: dict[str, list[str]] = {}
+    limit = max(candidates, top_k)
     for qid, query in dataset.queries.items():
         doc_of: dict[int, str] = {}
-        for top_k, target in ((10, shallow), (100, deep)):
-            limit = max(candidates, top_k)
-            rankings: dict[str, list[int]] = {}
-            for leg, hits in legs.items():
-                if weights.get(leg, 0) <= 0:
-                    continue
-                if leg == "trigram" and trgm_max_words is not None and query_shape.length_units(query) > trgm_max_words:
-                    continue
-                found = hits[qid][:limit]
-                if leg == "vector" and floor:
-                    cut = query_shape.vector_floor(query)
-                    found = [h for h in found if h[3] is not None and h[3] >= cut]
-                rankings[leg] = [h[0] for h in found]
-                doc_of.update((h[0], h[1]) for h in found)
-            fused = fusion.rrf(rankings, weights, k)[:top_k]
-            target[qid] = dedupe_documents((doc_of[cid], score) for cid, score in fused)
-    return score_run(name, shallow, dataset.qrels, recall_rankings=deep)
+        rankings: dict[str, list[int]] = {}
+        for leg, hits in legs.items():
+            if weights.get(leg, 0) <= 0:
+                continue
+            if leg == "trigram" and trgm_max_words is not None and query_shape.length_units(query) > trgm_max_words:
+                continue
+            found = hits[qid][:limit]
+            if leg == "vector" and floor:
+                cut = query_shape.vector_floor(query)
+                found = [h for h in found if h[3] is not None and h[3] >= cut]
+            rankings[leg] = [h[0] for h in found]
+            doc_of.update((h[0], h[1]) for h in found)
+        fused = fusion.rrf(rankings, weights, k)[:top_k]
+        rankings_by_query[qid] = dedupe_documents((doc_of[cid], score) for cid, score in fused)
+    return score_run(name, rankings_by_query, dataset.qrels)
 
 
 async def fusion_experiment(args: argparse.Namespace, dataset: BeirDataset) -> None:
@@ -308,7 +332,7 @@ async def fusion_experiment(args: argparse.Namespace, dataset: BeirDataset) -> N
         chunks, _ = await cached_embedders(dataset, config)
         async with ContextEngine(config, embedder=chunks) as engine:
             await ensure_ingested(engine, dataset)
-            legs = {leg: await leg_hits(engine, dataset, leg, 200) for leg in ("fts", "trigram", "vector")}
+            legs = await cached_legs(engine, dataset, config, args)
             base = {
                 "k": config.fusion.k,
                 "weights": dict(config.fusion.weights),
@@ -329,6 +353,13 @@ async def fusion_experiment(args: argparse.Namespace, dataset: BeirDataset) -> N
                     print(row_line(result), flush=True)
                 tables[title] = results
 
+            run(
+                "each leg alone (replayed)",
+                [
+                    (f"{leg} alone", {"weights": {"fts": 0.0, "trigram": 0.0, "vector": 0.0, leg: 1.0}})
+                    for leg in ("fts", "trigram", "vector")
+                ],
+            )
             w = base["weights"]
             run("RRF k", [(f"k={k}", {"k": k}) for k in (5, 10, 20, 40, 60, 100)])
             run(

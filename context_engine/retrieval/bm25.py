@@ -43,7 +43,8 @@ def score_sql(
     ``tsquery`` selects the candidates (matching mode, phrases, -terms); ``terms`` is the
     ``text[]`` of positive lexemes that are scored. Term frequencies come from the chunk's own
     ``tsvector``: the query terms are marked with weight A and filtered out, so only those few
-    entries are unnested per candidate, not the whole vector. The tsquery is MATERIALIZED so it is
+    entries are unnested per candidate, not the whole vector (a lexeme that already carried weight
+    A is dropped again by the join with the query terms). The tsquery is MATERIALIZED so it is
     built once, not re-parsed (``unaccent`` is only stable) for every candidate row.
     """
     params["bm25_k1"] = float(k1)
@@ -64,7 +65,7 @@ def score_sql(
         "(1 - :bm25_b + :bm25_b * c.tsv_tokens / tot.avgdl))) AS r "
         "FROM ce_chunks c CROSS JOIN q CROSS JOIN qa CROSS JOIN tot "
         "CROSS JOIN LATERAL (SELECT x.lexeme, coalesce(array_length(x.positions, 1), 1) AS tf "
-        "FROM unnest(ts_filter(setweight(setweight(c.tsv, 'D'), 'A', qa.lexemes), '{a}')) x) u "
+        "FROM unnest(ts_filter(setweight(c.tsv, 'A', qa.lexemes), '{a}')) x) u "
         "JOIN w ON w.lexeme = u.lexeme "
         f"WHERE c.valid_to IS NULL AND c.tsv @@ q.q AND {chunk_predicate} "
         "GROUP BY c.id ORDER BY r DESC, c.id LIMIT :limit"
