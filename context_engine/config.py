@@ -76,7 +76,8 @@ class Bm25Config(BaseModel):
 
     model_config = _STRICT
 
-    #: term-frequency saturation: higher lets repeated terms keep adding to the score
+    #: term-frequency saturation: higher lets repeated terms keep adding to the score. SciFact was flat
+    #: over k1 0.9-2.0 and b 0.5-0.75 (within 0.01 nDCG@10), so the usual Lucene values stay
     k1: float = Field(default=1.2, ge=0, le=10)
     #: length normalisation: 0 ignores chunk length, 1 divides fully by length / average length
     b: float = Field(default=0.75, ge=0, le=1)
@@ -87,17 +88,22 @@ class SearchConfig(BaseModel):
 
     model_config = _STRICT
 
-    #: text-search configuration of the full-text leg (fixed at migrate time, see README)
+    # Defaults below were chosen by measurement on BEIR SciFact, full-text leg alone, nDCG@10
+    # (benchmarks/README.md, "Retrieval quality (BEIR SciFact)").
+    #: text-search configuration of the full-text leg (fixed at migrate time, see README);
+    #: ``english`` (stemming, stop words) 0.669 against 0.632 for ``simple``
     text_search_config: Literal["english", "simple"] = "english"
-    #: ``all``: every query word must match; ``any``: any non-stopword may match
+    #: ``all``: every query word must match; ``any``: any non-stopword may match. ``all`` found
+    #: almost nothing for sentence-long queries (0.045)
     lexical_match: Literal["all", "any"] = "any"
-    #: ``bm25``: Okapi BM25 over statistics of what the caller may see; ``ts_rank_cd``: words close
-    #: together; ``ts_rank``: frequency anywhere
+    #: ``bm25``: Okapi BM25 over statistics of what the caller may see (0.691); ``ts_rank``:
+    #: frequency anywhere (0.594); ``ts_rank_cd``: words close together (0.36)
     lexical_rank: Literal["bm25", "ts_rank_cd", "ts_rank"] = "bm25"
     bm25: Bm25Config = Field(default_factory=Bm25Config)
     #: words dropped from ``any`` queries: ``english`` (PostgreSQL's list), your own list, or ``None``
     lexical_stopwords: Literal["english"] | list[str] | None = "english"
-    #: Postgres length-normalisation bitmask passed to the rank function (0..63)
+    #: Postgres length-normalisation bitmask passed to ts_rank/ts_rank_cd (0..63; not used by bm25);
+    #: 1 (divide by 1 + log length) was the best of 0, 1, 2, 8, 32 for both
     lexical_normalization: int = Field(default=1, ge=0, le=63)
     #: candidates each leg hands to fusion
     candidates: int = Field(default=50, ge=1, le=1000)
@@ -111,16 +117,21 @@ class SearchConfig(BaseModel):
     max_top_k: int = Field(default=100, ge=1, le=1000)
 
 
+#: Measured on BEIR SciFact (benchmarks/README.md, "Retrieval quality"): full-text (BM25) a little
+#: above the vector leg; the trigram leg off, since it added under 0.01 nDCG@10 there while costing
+#: 0.7-6 s per query over 9,000 chunks. Turn it on (e.g. 0.2) for typo-tolerant lookups on small corpora.
+DEFAULT_WEIGHTS: dict[str, float] = {"fts": 1.25, "trigram": 0.0, "vector": 1.0}
+
+
 class FusionConfig(BaseModel):
     """Weighted reciprocal rank fusion across legs."""
 
     model_config = _STRICT
 
-    k: int = Field(default=20, ge=1)
+    #: RRF constant: 10 ranked SciFact 0.012 nDCG@10 above 20 and 0.025 above 60 (benchmarks/README.md)
+    k: int = Field(default=10, ge=1)
     #: weight per leg; a leg weighted 0 does not run
-    weights: dict[Literal["fts", "trigram", "vector"], float] = Field(
-        default_factory=lambda: {"fts": 1.0, "trigram": 0.4, "vector": 1.0}
-    )
+    weights: dict[Literal["fts", "trigram", "vector"], float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
 
     @field_validator("weights")
     @classmethod
@@ -128,7 +139,7 @@ class FusionConfig(BaseModel):
         for leg, weight in value.items():
             if weight < 0:
                 raise ValueError(f"fusion weight for {leg!r} must be >= 0, got {weight}")
-        merged = {"fts": 1.0, "trigram": 0.4, "vector": 1.0}
+        merged = dict(DEFAULT_WEIGHTS)
         merged.update(value)
         return merged
 

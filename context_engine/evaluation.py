@@ -450,13 +450,22 @@ def rrf_baseline(name: str, runs: Sequence[RunResult], qrels: Mapping[str, Mappi
 
 # ------------------------------------------------------------------------------------------ harness
 
-#: leg-alone and fused configurations every evaluation runs (a leg weighted 0 does not run)
-LEG_CONFIGURATIONS: dict[str, dict[str, Any]] = {
-    "full-text leg alone": {"fusion": {"weights": {"fts": 1.0, "trigram": 0.0, "vector": 0.0}}},
-    "trigram leg alone": {"fusion": {"weights": {"fts": 0.0, "trigram": 1.0, "vector": 0.0}}},
-    "vector leg alone": {"fusion": {"weights": {"fts": 0.0, "trigram": 0.0, "vector": 1.0}}},
-    "fused (configured)": {},
-}
+_LEG_NAMES = {"fts": "full-text leg alone", "trigram": "trigram leg alone", "vector": "vector leg alone"}
+
+
+def leg_configurations(config: Any) -> dict[str, dict[str, Any]]:
+    """Each leg the configuration uses, alone, then the configured fusion.
+
+    A leg runs alone by weighting the others 0 (a leg weighted 0 does not run); a leg the
+    configuration switches off is not measured, since it would not serve a single search.
+    """
+    weights = config.fusion.weights
+    out: dict[str, dict[str, Any]] = {}
+    for leg, name in _LEG_NAMES.items():
+        if weights.get(leg, 0) > 0:
+            out[name] = {"fusion": {"weights": {"fts": 0.0, "trigram": 0.0, "vector": 0.0, leg: 1.0}}}
+    out["fused (configured)"] = {}
+    return out
 
 
 @dataclass
@@ -637,7 +646,7 @@ async def run_eval(
         config.storage.data_dir = Path(throwaway.name)
     if scope_searches is None:
         scope_searches = throwaway is None
-    configurations = dict(configurations if configurations is not None else LEG_CONFIGURATIONS)
+    configurations = dict(configurations if configurations is not None else leg_configurations(config))
     rows: list[RunResult] = []
     hits: dict[str, dict[str, list[tuple[int, str, float, float | None]]]] = {}
     notes: list[str] = []
@@ -734,7 +743,7 @@ async def _baselines(
         out.append(await dense_baseline(dataset, embedder, progress=progress))
     if "bm25+dense" in wanted:
         pair = [r for r in out if r.name.startswith("BM25 (bm25s, stemmed)") or r.name.startswith("dense exact")]
-        for k in (20, 60):
+        for k in (10, 20, 60):
             out.append(rrf_baseline(f"RRF of BM25 + dense baselines (k={k})", pair, dataset.qrels, k))
     return out
 

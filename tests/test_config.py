@@ -12,8 +12,8 @@ def test_defaults_need_nothing() -> None:
     config = ContextEngineConfig()
     assert config.database_url is None
     assert config.embedding.provider == "local"
-    assert config.fusion.k == 20
-    assert config.fusion.weights == {"fts": 1.0, "trigram": 0.4, "vector": 1.0}
+    assert config.fusion.k == 10
+    assert config.fusion.weights == {"fts": 1.25, "trigram": 0.0, "vector": 1.0}
 
 
 def test_misspelt_setting_raises_naming_it() -> None:

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from context_engine import TRUSTED, ContextEngine, Forbidden, InvalidRequest, NotFound
+from tests.conftest import make_config
 
 HR = (
     "# Leave\n\nAnnual leave accrues at two days per month for every band-three employee.\n\n"
@@ -35,8 +36,9 @@ async def test_search_ranks_and_reports_usage(engine: ContextEngine) -> None:
     assert top.chunk_idx == 0
     assert "Annual leave" in top.chunk_text
     assert set(top.matched_by) >= {"fts", "vector"}
-    assert result.usage["legs"] == ["fts", "trigram", "vector"]
-    assert set(result.usage["leg_hits"]) == {"fts", "trigram", "vector"}
+    # the trigram leg is off by default (fusion weight 0, see FusionConfig): it does not run
+    assert result.usage["legs"] == ["fts", "vector"]
+    assert set(result.usage["leg_hits"]) == {"fts", "vector"}
     assert result.usage["timings_ms"]["total"] > 0
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
 
@@ -75,13 +77,19 @@ async def test_principals_none_warns_and_means_trusted(engine: ContextEngine) ->
     assert len(result.documents) == 3
 
 
-async def test_acl_predicate_is_in_sql_for_every_leg(engine: ContextEngine) -> None:
+async def test_acl_predicate_is_in_sql_for_every_leg(database_url: str) -> None:
     """A word only the HR document holds is never matched for an engineer, on any leg."""
-    await _corpus(engine)
-    result = await engine.search("band-three", principals=["group:eng"], top_k=10)
-    assert all(h.document_name != "hr-policy" for h in result.hits)
-    for leg in ("fts", "trigram"):
-        assert result.usage["leg_hits"][leg] == 0
+    config = make_config(database_url, fusion={"weights": {"trigram": 0.4}})
+    async with ContextEngine(config) as engine:
+        await _corpus(engine)
+        result = await engine.search("band-three", principals=["group:eng"], top_k=10)
+        assert result.usage["legs"] == ["fts", "trigram", "vector"]
+        assert all(h.document_name != "hr-policy" for h in result.hits)
+        for leg in ("fts", "trigram"):
+            assert result.usage["leg_hits"][leg] == 0
+        # the HR caller does match the word on both lexical legs
+        hr = await engine.search("band-three", principals=["group:hr"], top_k=10)
+        assert hr.usage["leg_hits"]["fts"] > 0 and hr.usage["leg_hits"]["trigram"] > 0
 
 
 async def test_identical_content_is_skipped_and_changes_make_versions(engine: ContextEngine) -> None:

@@ -16,6 +16,7 @@ from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.evaluation import (
     CachingEmbedder,
     dedupe_documents,
+    leg_configurations,
     load_beir,
     mrr_at_k,
     ndcg_at_k,
@@ -133,12 +134,27 @@ async def test_caching_embedder_serves_saved_vectors_and_never_caches_queries(tm
 # ---------------------------------------------------------------------------------- the harness
 
 
+def test_leg_configurations_follow_the_weights() -> None:
+    config = make_config("postgresql://unused", fusion={"weights": {"trigram": 0.3}})
+    assert list(leg_configurations(config)) == [
+        "full-text leg alone",
+        "trigram leg alone",
+        "vector leg alone",
+        "fused (configured)",
+    ]
+    assert leg_configurations(config)["trigram leg alone"]["fusion"]["weights"] == {
+        "fts": 0.0,
+        "trigram": 1.0,
+        "vector": 0.0,
+    }
+
+
 async def test_run_eval_scores_each_leg_fused_and_bm25(tmp_path: Path, database_url: str) -> None:
     config = make_config(database_url)
     report = await run_eval(write_dataset(tmp_path / "tiny"), config=config, baselines=("bm25",))
     names = [row.name for row in report.rows]
-    assert names[:4] == ["full-text leg alone", "trigram leg alone", "vector leg alone", "fused (configured)"]
-    assert names[4] == "BM25 (bm25s, stemmed)"
+    # every leg the configuration uses, alone, then fused; the trigram leg is off by default
+    assert names == ["full-text leg alone", "vector leg alone", "fused (configured)", "BM25 (bm25s, stemmed)"]
     assert report.documents == 12 and report.queries == 4 and report.chunks == 12
     for row in report.rows:
         assert 0.0 <= row.ndcg10 <= 1.0 and 0.0 <= row.recall100 <= 1.0 and 0.0 <= row.mrr10 <= 1.0
@@ -157,7 +173,7 @@ def test_cli_eval_prints_the_table(tmp_path: Path, database_url: str, capsys: py
     assert main(["eval", "--data", str(data), "--database-url", database_url]) == 0
     out = capsys.readouterr().out
     assert "| configuration | nDCG@10 | R@100 | MRR@10 | p50 ms | p95 ms |" in out
-    for label in ("full-text leg alone", "trigram leg alone", "vector leg alone", "fused (configured)"):
+    for label in ("full-text leg alone", "vector leg alone", "fused (configured)"):
         assert f"| {label} |" in out
     assert "| baseline: BM25 (bm25s, stemmed) |" in out
     assert "BEIR tiny: 12 documents (12 chunks), 4 queries" in out

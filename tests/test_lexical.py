@@ -167,3 +167,20 @@ async def test_a_section_heading_is_indexed_with_every_chunk_under_it(database_u
         assert [(h.document_name, h.section) for h in hits] == [("v", "Eruptions")]
         hits = (await engine.search("eruption ash", principals=TRUSTED)).hits
         assert (hits[0].document_name, hits[0].section) == ("v", "Eruptions") and hits[1].document_name == "fire"
+
+
+async def test_chunk_rows_stay_whole_in_their_page(database_url: str) -> None:
+    """The tsvector and vector of a typical chunk are stored inline, not in the TOAST table."""
+    async with ContextEngine(make_config(database_url)) as engine:
+        await engine.ingest(text="A chunk of ordinary length. " * 40, name="a")
+        sql = await engine._ready()
+        async with sql.connect() as conn:
+            options = await conn.scalar(text("SELECT reloptions FROM pg_class WHERE relname = 'ce_chunks'"))
+            assert "toast_tuple_target=8160" in options
+            external = await conn.scalar(
+                text(
+                    "SELECT count(pg_column_toast_chunk_id(tsv)) + count(pg_column_toast_chunk_id(embedding)) "
+                    "FROM ce_chunks"
+                )
+            )
+            assert external == 0
