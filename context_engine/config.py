@@ -124,11 +124,15 @@ DEFAULT_WEIGHTS: dict[str, float] = {"fts": 1.25, "trigram": 0.0, "vector": 1.0}
 
 
 class FusionConfig(BaseModel):
-    """Weighted reciprocal rank fusion across legs."""
+    """How the legs' candidates become one ranking (context_engine/retrieval/fusion.py)."""
 
     model_config = _STRICT
 
-    #: RRF constant: 10 ranked SciFact 0.012 nDCG@10 above 20 and 0.025 above 60 (benchmarks/README.md)
+    #: ``convex``: weighted mean of per-query min-max normalised scores (SciFact 0.735 nDCG@10);
+    #: ``rrf``: weighted reciprocal rank fusion (0.722 at its best k); benchmarks/README.md
+    method: Literal["convex", "rrf"] = "convex"
+    #: RRF constant (``method="rrf"``, and /knowledge/query's fusion of its queries): 10 ranked
+    #: SciFact 0.012 nDCG@10 above 20 and 0.025 above 60 (benchmarks/README.md)
     k: int = Field(default=10, ge=1)
     #: weight per leg; a leg weighted 0 does not run
     weights: dict[Literal["fts", "trigram", "vector"], float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))

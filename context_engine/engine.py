@@ -82,9 +82,7 @@ class ContextEngine:
         #: the engine a view was made from (itself for an engine)
         self._root: ContextEngine = self
         self._policy: RedactionPolicy = self.config.redaction
-        self._policy_key = effective_key(
-            self._policy, None, self.config.redaction_secret_key, self.config.secret_key
-        )
+        self._policy_key = effective_key(self._policy, None, self.config.redaction_secret_key, self.config.secret_key)
 
     def with_redaction(self, policy: RedactionPolicy, *, secret_key: str | bytes | None = None) -> ContextEngine:
         """A view applying ``policy`` (and hashing with ``secret_key``) on every method.
@@ -107,7 +105,9 @@ class ContextEngine:
         if redaction is None:
             return Redactor(self._policy, key if key is not None else self._policy_key, caller)
         resolved = effective_key(
-            redaction, key if key is not None else self._policy_key, self.config.redaction_secret_key,
+            redaction,
+            key if key is not None else self._policy_key,
+            self.config.redaction_secret_key,
             self.config.secret_key,
         )
         return Redactor(redaction, resolved, caller)
@@ -250,7 +250,7 @@ class ContextEngine:
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
     ) -> SearchResult:
-        """Hybrid search: full-text, trigram and vector legs fused by weighted RRF.
+        """Hybrid search: full-text, trigram and vector legs fused (``fusion.method``).
 
         Hits are redacted by the output policy (the engine's, the view's, or this call's)
         before they are returned.
@@ -301,8 +301,8 @@ class ContextEngine:
             tasks["vector"] = timed("vector", vector())
         results = dict(zip(tasks, await asyncio.gather(*tasks.values()), strict=True))
         t0 = time.perf_counter()
-        rankings = {leg: [i for i, _ in pairs] for leg, pairs in results.items()}
-        fused = fusion.rrf(rankings, weights, self.config.fusion.k)[:top_k]
+        ranked = fusion.fuse(self.config.fusion.method, results, weights, self.config.fusion.k)
+        fused = ranked[:top_k]
         rows = await repo.fetch_hits(sql, [i for i, _ in fused], scope)
         similarity = dict(results.get("vector", []))
         found_by = {leg: {i for i, _ in pairs} for leg, pairs in results.items()}
@@ -329,7 +329,8 @@ class ContextEngine:
             "kind": "search",
             "legs": list(results),
             "leg_hits": {leg: len(pairs) for leg, pairs in results.items()},
-            "candidates": len(fusion.rrf(rankings, weights, self.config.fusion.k)),
+            "candidates": len(ranked),
+            "fusion": self.config.fusion.method,
             "timings_ms": timings,
         }
         if plan is not None:
@@ -453,7 +454,6 @@ class ContextEngine:
         caller = resolve(principals)  # type: ignore[arg-type]
         data = await repo.stats(await self._ready(), Scope(caller, _check_ids("source_ids", source_ids)))
         return Stats(**data)
-
 
     # ------------------------------------------------------------------ knowledge
     async def knowledge_query(

@@ -13,6 +13,7 @@ def test_defaults_need_nothing() -> None:
     assert config.database_url is None
     assert config.embedding.provider == "local"
     assert config.fusion.k == 10
+    assert config.fusion.method == "convex"
     assert config.fusion.weights == {"fts": 1.25, "trigram": 0.0, "vector": 1.0}
 
 

@@ -176,6 +176,8 @@ async def main_table(args: argparse.Namespace, dataset: BeirDataset) -> None:
         async with ContextEngine(config, embedder=chunks) as engine:
             await ensure_ingested(engine, dataset)
         configurations = leg_configurations(config)
+        # rank fusion with the same legs and weights, at the k that measured best for it
+        configurations["fused, RRF (k 10) instead of convex"] = {"fusion": {"method": "rrf", "k": 10}}
         # the full-text rank this work replaced, with every other default as configured
         configurations["fused, with ts_rank_cd as the full-text rank"] = {"search": {"lexical_rank": "ts_rank_cd"}}
         # below storage.ann_exact_threshold the vector leg scans exactly; this is the HNSW plan instead
@@ -295,10 +297,15 @@ async def lexical(args: argparse.Namespace, dataset: BeirDataset) -> None:
 
 
 async def leg_hits(engine: ContextEngine, dataset: BeirDataset, leg: str, depth: int) -> Hits:
-    """One leg alone at ``depth``: its ranked chunks per query, for replaying fusion offline."""
+    """One leg alone at ``depth``: its ranked chunks per query, for replaying fusion offline.
+
+    Searched with convex fusion, so a hit's score is the leg's own score min-max normalised over
+    the ``depth`` candidates: an affine image of the raw score, which is all either fusion needs
+    (convex renormalises over the candidates it keeps; RRF uses the order).
+    """
     weights = {"fts": 0.0, "trigram": 0.0, "vector": 0.0, leg: 1.0}
     out: Hits = {}
-    with overridden(engine, {"fusion": {"weights": weights}}):
+    with overridden(engine, {"fusion": {"weights": weights, "method": "convex"}}):
         for qid, query in dataset.queries.items():
             result = await engine.search(query, principals=TRUSTED, top_k=depth)
             out[qid] = [(h.chunk_id, h.document_name, h.score, h.similarity) for h in result.hits]
@@ -314,7 +321,7 @@ async def cached_legs(
     time: long queries under its loosest threshold), and ignored with ``--fresh``.
     """
     search = config.search
-    key = f"{search.lexical_rank}-{search.lexical_match}-{search.bm25.k1}-{search.bm25.b}-{search.trgm_limit}"
+    key = f"{search.lexical_rank}-{search.lexical_match}-{search.bm25.k1}-{search.bm25.b}-{search.trgm_limit}-scores"
     path = RESULTS / f"legs-{dataset.name}-{args.text_search_config}-{key}.json"
     if path.is_file() and not args.fresh:
         log(f"replaying the legs saved in {path.name}")
@@ -334,6 +341,7 @@ def replay(
     dataset: BeirDataset,
     legs: Mapping[str, Hits],
     *,
+    method: str,
     k: int,
     weights: Mapping[str, float],
     candidates: int,
@@ -342,7 +350,7 @@ def replay(
     name: str,
     top_k: int = 100,
 ) -> RunResult:
-    """Fusion replayed from the legs' own rankings, with the engine's rules and its ``fusion.rrf``.
+    """Fusion replayed from the legs' own rankings, with the engine's rules and its ``fusion.fuse``.
 
     As in ``ContextEngine.search``: each leg hands ``max(candidates, top_k)`` candidates, the trigram
     leg is skipped for queries longer than the cut-off, the adaptive floor drops vector candidates
@@ -353,7 +361,7 @@ def replay(
     limit = max(candidates, top_k)
     for qid, query in dataset.queries.items():
         doc_of: dict[int, str] = {}
-        rankings: dict[str, list[int]] = {}
+        scored: dict[str, list[tuple[int, float]]] = {}
         for leg, hits in legs.items():
             if weights.get(leg, 0) <= 0:
                 continue
@@ -363,9 +371,9 @@ def replay(
             if leg == "vector" and floor:
                 cut = query_shape.vector_floor(query)
                 found = [h for h in found if h[3] is not None and h[3] >= cut]
-            rankings[leg] = [h[0] for h in found]
+            scored[leg] = [(h[0], h[2]) for h in found]
             doc_of.update((h[0], h[1]) for h in found)
-        fused = fusion.rrf(rankings, weights, k)[:top_k]
+        fused = fusion.fuse(method, scored, weights, k)[:top_k]
         rankings_by_query[qid] = dedupe_documents((doc_of[cid], score) for cid, score in fused)
     return score_run(name, rankings_by_query, dataset.qrels)
 
@@ -380,6 +388,7 @@ async def fusion_experiment(args: argparse.Namespace, dataset: BeirDataset) -> N
             await ensure_ingested(engine, dataset)
             legs = await cached_legs(engine, dataset, config, args)
             base = {
+                "method": config.fusion.method,
                 "k": config.fusion.k,
                 "weights": dict(config.fusion.weights),
                 "candidates": config.search.candidates,
@@ -407,10 +416,24 @@ async def fusion_experiment(args: argparse.Namespace, dataset: BeirDataset) -> N
                 ],
             )
             w = base["weights"]
-            run("RRF k", [(f"k={k}", {"k": k}) for k in (5, 10, 20, 40, 60, 100)])
             run(
-                "full-text weight (vector 1.0)",
-                [(f"fts={x}", {"weights": {**w, "fts": x}}) for x in (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)],
+                "fusion method (weights as configured)",
+                [("convex", {"method": "convex"})] + [(f"rrf k={k}", {"method": "rrf", "k": k}) for k in (10, 20, 60)],
+            )
+            run(
+                "convex: full-text weight (vector 1.0)",
+                [
+                    (f"convex fts={x}", {"method": "convex", "weights": {**w, "fts": x}})
+                    for x in (0.6, 0.8, 1.0, 1.1, 1.25, 1.4, 1.6, 2.0)
+                ],
+            )
+            run("RRF k", [(f"rrf k={k}", {"method": "rrf", "k": k}) for k in (5, 10, 20, 40, 60, 100)])
+            run(
+                "RRF: full-text weight (vector 1.0)",
+                [
+                    (f"rrf fts={x}", {"method": "rrf", "weights": {**w, "fts": x}})
+                    for x in (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+                ],
             )
             run(
                 "trigram weight",
@@ -425,8 +448,14 @@ async def fusion_experiment(args: argparse.Namespace, dataset: BeirDataset) -> N
             # a joint search over the settings that interact most, around the one-at-a-time best
             joint = [
                 (
-                    f"k={k} fts={f} trigram={t} candidates={c}",
-                    {"k": k, "weights": {**w, "fts": f, "trigram": t}, "candidates": c},
+                    f"convex fts={f} trigram={t} candidates={c}",
+                    {"method": "convex", "weights": {**w, "fts": f, "trigram": t}, "candidates": c},
+                )
+                for f, t, c in itertools.product((1.0, 1.1, 1.25, 1.4, 1.6), (0.0, 0.1, 0.2, 0.4), (30, 50, 100))
+            ] + [
+                (
+                    f"rrf k={k} fts={f} trigram={t} candidates={c}",
+                    {"method": "rrf", "k": k, "weights": {**w, "fts": f, "trigram": t}, "candidates": c},
                 )
                 for k, f, t, c in itertools.product((10, 20, 40, 60), (1.0, 1.25, 1.5), (0.0, 0.2, 0.4), (30, 50, 100))
             ]
