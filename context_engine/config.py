@@ -117,10 +117,11 @@ class SearchConfig(BaseModel):
     max_top_k: int = Field(default=100, ge=1, le=1000)
 
 
-#: Measured on BEIR SciFact (benchmarks/README.md, "Retrieval quality"): full-text (BM25) a little
-#: above the vector leg; the trigram leg off, since it added under 0.01 nDCG@10 there while costing
-#: 0.7-6 s per query over 9,000 chunks. Turn it on (e.g. 0.2) for typo-tolerant lookups on small corpora.
-DEFAULT_WEIGHTS: dict[str, float] = {"fts": 1.25, "trigram": 0.0, "vector": 1.0}
+#: Measured on BEIR SciFact (benchmarks/README.md, "Retrieval quality"): full-text (BM25) above the
+#: vector leg (convex fusion 0.727 at fts 1.0, 0.730-0.734 from 1.1 to 1.6, 0.727 at 2.0); the trigram
+#: leg off, since no weight of it raised nDCG@10 there while it cost 1.3-3.2 s per query over 9,000
+#: chunks. Turn it on (e.g. 0.2) for typo-tolerant lookups on small corpora.
+DEFAULT_WEIGHTS: dict[str, float] = {"fts": 1.6, "trigram": 0.0, "vector": 1.0}
 
 
 class FusionConfig(BaseModel):
@@ -128,8 +129,8 @@ class FusionConfig(BaseModel):
 
     model_config = _STRICT
 
-    #: ``convex``: weighted mean of per-query min-max normalised scores (SciFact 0.735 nDCG@10);
-    #: ``rrf``: weighted reciprocal rank fusion (0.722 at its best k); benchmarks/README.md
+    #: ``convex``: weighted mean of per-query min-max normalised scores (SciFact 0.734 nDCG@10);
+    #: ``rrf``: weighted reciprocal rank fusion (0.723 at its best k and weights); benchmarks/README.md
     method: Literal["convex", "rrf"] = "convex"
     #: RRF constant (``method="rrf"``, and /knowledge/query's fusion of its queries): 10 ranked
     #: SciFact 0.012 nDCG@10 above 20 and 0.025 above 60 (benchmarks/README.md)

@@ -66,4 +66,9 @@ async def test_search_reports_and_follows_the_configured_fusion(database_url: st
     convex_hits = results["convex"].hits
     assert 0 < convex_hits[-1].score <= convex_hits[0].score <= 1.0
     rrf_hits = results["rrf"].hits
-    assert rrf_hits[0].score <= (1.25 + 1.0) / (10 + 1)  # weights over k + rank 1: RRF's largest score
+    fusion = make_config(database_url).fusion
+    # ranked first by both legs: RRF's largest possible score, every weight over k + rank 1
+    assert rrf_hits[0].matched_by == ["fts", "vector"]
+    assert rrf_hits[0].score == pytest.approx(
+        (fusion.weights["fts"] + fusion.weights["vector"]) / (fusion.k + 1), abs=1e-6
+    )

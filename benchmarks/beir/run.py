@@ -440,10 +440,17 @@ async def fusion_experiment(args: argparse.Namespace, dataset: BeirDataset) -> N
                 [(f"trigram={x}", {"weights": {**w, "trigram": x}}) for x in (0.0, 0.1, 0.2, 0.4, 0.8)],
             )
             run(
-                "trigram cut-off (words)",
-                [(f"trgm_max_query_words={x}", {"trgm_max_words": x}) for x in (None, 2, 3, 5, 8, 12)],
+                "trigram cut-off (words), trigram weight 0.2",
+                [
+                    (f"trgm_max_query_words={x}", {"trgm_max_words": x, "weights": {**w, "trigram": 0.2}})
+                    for x in (None, 2, 3, 5, 8, 12)
+                ],
             )
-            run("candidates per leg", [(f"candidates={x}", {"candidates": x}) for x in (10, 20, 30, 50, 100, 200)])
+            # fusion keeps max(candidates, top_k) per leg: at top_k=10, as an application asks
+            run(
+                "candidates per leg (top_k=10)",
+                [(f"candidates={x}", {"candidates": x, "top_k": 10}) for x in (10, 20, 30, 50, 100, 200)],
+            )
             run("vector floor", [("vector_floor=None", {"floor": False}), ("vector_floor=adaptive", {"floor": True})])
             # a joint search over the settings that interact most, around the one-at-a-time best
             joint = [
