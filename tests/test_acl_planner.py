@@ -183,9 +183,11 @@ async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextE
             for sources in (None, ["s1"], ["s2"], ["s1", "s2"]):
                 scope = Scope(principals, sources)
                 async with sql.connect() as conn:
-                    estimate, total = await planner.count_estimate(conn, scope)
+                    estimate, total, unfiltered = await planner.count_estimate(conn, scope)
                 true = await direct_count(sql, scope)
                 assert total == await direct_count(sql, Scope(None))
+                # some rows carry an ACL, so only a trusted caller whose sources hold every row is unfiltered
+                assert unfiltered == (principals is None and await direct_count(sql, Scope(None, sources)) == total)
                 if principals is None or len(principals) <= 1:
                     assert estimate == true, (principals, sources)
                 else:  # a row carrying both principals is counted under each: an upper bound
@@ -217,6 +219,16 @@ async def test_small_corpora_and_pins(engine: ContextEngine, sql: AsyncEngine) -
     # a trusted caller over a corpus smaller than the threshold scans exactly as well
     assert result.usage["vector_plan"]["plan"] == "exact"
     assert result.usage["vector_plan"]["eligible_rows"] == await direct_count(sql, Scope(None))
+
+    # a trusted caller filters nothing: from unfiltered_min_rows rows it uses the index
+    trusted = await plan_vector(sql, Scope(None), threshold=10_000, unfiltered_min_rows=1)
+    assert trusted.plan == "ann" and trusted.unfiltered and trusted.usage()["unfiltered"] is True
+    few = await plan_vector(sql, Scope(None), threshold=10_000, unfiltered_min_rows=trusted.eligible + 1)
+    assert few.plan == "exact" and few.unfiltered
+    scoped = await plan_vector(sql, Scope(("group:a",)), threshold=10_000, unfiltered_min_rows=1)
+    assert scoped.plan == "exact" and not scoped.unfiltered
+    pin = await plan_vector(sql, Scope(None, document_ids=[doc.document_id]), threshold=10_000, unfiltered_min_rows=1)
+    assert pin.plan == "exact" and not pin.unfiltered
 
     everyone = await plan_vector(sql, Scope(("group:a",)), threshold=0)
     assert everyone.plan == "ann" and everyone.method == "counts"

@@ -101,9 +101,11 @@ async def trigram_leg(
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
-async def plan_vector(db: AsyncEngine, scope: Scope, *, threshold: int) -> VectorPlan:
+async def plan_vector(
+    db: AsyncEngine, scope: Scope, *, threshold: int, unfiltered_min_rows: int = planner.UNFILTERED_ANN_MIN_ROWS
+) -> VectorPlan:
     """Exact scan of the eligible rows or the HNSW index: see :mod:`context_engine.retrieval.planner`."""
-    return await planner.plan_vector(db, scope, threshold=threshold)
+    return await planner.plan_vector(db, scope, threshold=threshold, unfiltered_min_rows=unfiltered_min_rows)
 
 
 async def vector_leg(

@@ -44,6 +44,8 @@ DEFAULT_MAX_SCAN_TUPLES = 20_000
 SCAN_HEADROOM = 4
 #: the most tuples one iterative scan may visit before the leg falls back to an exact scan
 MAX_SCAN_TUPLES_CAP = 1_000_000
+#: from this many indexed rows, a caller whose predicate admits all of them uses the index
+UNFILTERED_ANN_MIN_ROWS = 1_000
 
 
 @dataclass
@@ -68,6 +70,7 @@ class VectorPlan:
     max_scan_tuples: int | None = None
     settings: dict[str, str] | None = None
     allow_fallback: bool = True
+    unfiltered: bool = False
 
     def usage(self) -> dict[str, Any]:
         return {
@@ -75,17 +78,20 @@ class VectorPlan:
             "eligible_rows": self.eligible,
             "estimate": self.method,
             "threshold": self.threshold,
+            "unfiltered": self.unfiltered,
             "fallback": self.fallback,
             "ef_search": self.ef_search,
             "max_scan_tuples": self.max_scan_tuples,
         }
 
 
-async def count_estimate(conn: AsyncConnection, scope: Scope) -> tuple[int, int]:
-    """``(eligible, total)`` from ``ce_vector_counts``: one indexed read per principal and source.
+async def count_estimate(conn: AsyncConnection, scope: Scope) -> tuple[int, int, bool]:
+    """``(eligible, total, unfiltered)`` from ``ce_vector_counts``: one indexed read per principal and source.
 
     ``eligible`` is exact for a caller with one principal (or none) and an upper bound when one row
     may carry several of the caller's principals; it never exceeds the rows in the scoped sources.
+    ``unfiltered`` says the caller's ACL and scope admit every indexed row for certain (a trusted
+    caller, or every row public, in scope of every source): the index then filters nothing.
     """
     source_ids = scope.source_ids
     params: dict[str, Any] = {}
@@ -101,15 +107,17 @@ async def count_estimate(conn: AsyncConnection, scope: Scope) -> tuple[int, int]
     sql = (
         "SELECT coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'all'), 0) AS total, "
         f"coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'all' AND {in_scope}), 0) AS scoped, "
-        f"coalesce(sum(v.chunks) FILTER (WHERE {visible} AND {in_scope}), 0) AS visible "
+        f"coalesce(sum(v.chunks) FILTER (WHERE {visible} AND {in_scope}), 0) AS visible, "
+        "coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'public'), 0) AS public "
         "FROM ce_vector_counts v"
     )
     if scope.principals is not None:
         # the 'all' and 'public' rows (one each per source) and one primary-key probe per principal
         sql += " WHERE v.kind IN ('all', 'public') OR (v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[])))"
     row = (await conn.execute(text(sql), params)).one()
-    total, scoped, visible_rows = int(row[0]), int(row[1]), int(row[2])
-    return min(visible_rows, scoped), total
+    total, scoped, visible_rows, public = int(row[0]), int(row[1]), int(row[2]), int(row[3])
+    unfiltered = scoped == total and (scope.principals is None or public == total)
+    return min(visible_rows, scoped), total, unfiltered
 
 
 async def capped_count(conn: AsyncConnection, scope: Scope, cap: int) -> int:
@@ -122,19 +130,31 @@ async def capped_count(conn: AsyncConnection, scope: Scope, cap: int) -> int:
     return int(await conn.scalar(text(sql), params) or 0)
 
 
-async def plan_vector(db: AsyncEngine, scope: Scope, *, threshold: int) -> VectorPlan:
-    """Exact below ``threshold`` estimated eligible rows, the HNSW index above it."""
+async def plan_vector(
+    db: AsyncEngine, scope: Scope, *, threshold: int, unfiltered_min_rows: int = UNFILTERED_ANN_MIN_ROWS
+) -> VectorPlan:
+    """Exact below ``threshold`` estimated eligible rows, the HNSW index above it.
+
+    A caller whose ACL and scope admit every indexed row uses the index from ``unfiltered_min_rows``:
+    with nothing filtered, the post-filter failure the exact scan guards against cannot happen, and
+    the index answers with its ordinary recall at a fraction of the scan's cost (on SciFact's 9,198
+    chunks nDCG@10 0.735 against 0.734 exact, search p50 50.5 against 71.2 ms; benchmarks/README.md).
+    """
+    unfiltered = False
     async with db.connect() as conn:
         total: int | None = None
         method = "counts"
         try:
-            eligible, total = await count_estimate(conn, scope)
+            eligible, total, unfiltered = await count_estimate(conn, scope)
         except ProgrammingError:  # a schema from before migration 0004: count the slice instead
             await conn.rollback()
             eligible, method = await capped_count(conn, scope, threshold + 1), "capped_count"
-        if scope.document_ids is not None and eligible > threshold:
-            eligible, method = min(eligible, await capped_count(conn, scope, threshold + 1)), "capped_count"
-    return VectorPlan(EXACT if eligible <= threshold else ANN, eligible, total, method, threshold)
+        if scope.document_ids is not None:
+            unfiltered = False
+            if eligible > threshold:
+                eligible, method = min(eligible, await capped_count(conn, scope, threshold + 1)), "capped_count"
+    index = eligible > threshold or (unfiltered and eligible >= unfiltered_min_rows)
+    return VectorPlan(ANN if index else EXACT, eligible, total, method, threshold, unfiltered=unfiltered)
 
 
 def ann_settings(plan: VectorPlan, limit: int) -> dict[str, str]:
