@@ -69,6 +69,10 @@ class StorageConfig(BaseModel):
     #: on 100k 384-d rows (benchmarks/README.md, "ACL recall"): up to 20k rows an exact scan beats the
     #: index on a clustered slice, which the index also gets wrong; from 25k the index is 2.6-28x faster
     ann_exact_threshold: int = Field(default=20000, ge=0)
+    #: a caller whose ACL and scope admit every indexed row (trusted, or an all-public corpus) uses
+    #: the index from this many rows whatever the threshold, since nothing is post-filtered; ``None``
+    #: keeps such callers on the threshold (exact answers on small corpora, at the scan's cost)
+    ann_unfiltered_min_rows: int | None = Field(default=1000, ge=0)
 
 
 class Bm25Config(BaseModel):

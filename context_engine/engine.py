@@ -290,7 +290,12 @@ class ContextEngine:
                 nonlocal plan
                 vec, plan = await asyncio.gather(
                     timed("embed", self.embedder.embed([query], kind="query")),
-                    legs.plan_vector(sql, scope, threshold=self.config.storage.ann_exact_threshold),
+                    legs.plan_vector(
+                        sql,
+                        scope,
+                        threshold=self.config.storage.ann_exact_threshold,
+                        unfiltered_min_rows=self.config.storage.ann_unfiltered_min_rows,
+                    ),
                 )
                 found = await legs.vector_leg(sql, vec[0], scope, limit=limit, plan=plan)
                 if cfg.vector_floor == "adaptive":

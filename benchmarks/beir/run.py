@@ -180,8 +180,9 @@ async def main_table(args: argparse.Namespace, dataset: BeirDataset) -> None:
         configurations["fused, RRF (k 10) instead of convex"] = {"fusion": {"method": "rrf", "k": 10}}
         # the full-text rank this work replaced, with every other default as configured
         configurations["fused, with ts_rank_cd as the full-text rank"] = {"search": {"lexical_rank": "ts_rank_cd"}}
-        # below storage.ann_exact_threshold the vector leg scans exactly; this is the HNSW plan instead
-        configurations["fused, vector leg on the HNSW index"] = {"storage": {"ann_exact_threshold": 0}}
+        # a trusted caller filters nothing, so from storage.ann_unfiltered_min_rows it uses the HNSW
+        # index; this row keeps it on the exact scan instead (ann_exact_threshold is above the corpus)
+        configurations["fused, vector leg scanning exactly"] = {"storage": {"ann_unfiltered_min_rows": None}}
         report = await run_eval(
             args.data,
             config=config,
@@ -208,7 +209,7 @@ async def main_table(args: argparse.Namespace, dataset: BeirDataset) -> None:
         async with ContextEngine(config, embedder=chunks) as engine:
             for name, overrides in (
                 ("fused (configured), top_k=10", {}),
-                ("fused, vector leg on the HNSW index, top_k=10", {"storage": {"ann_exact_threshold": 0}}),
+                ("fused, vector leg scanning exactly, top_k=10", {"storage": {"ann_unfiltered_min_rows": None}}),
             ):
                 with overridden(engine, overrides):
                     result, _ = await run_queries(engine, dataset, name, source_id=None, top_k=10)

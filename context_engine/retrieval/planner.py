@@ -44,7 +44,7 @@ DEFAULT_MAX_SCAN_TUPLES = 20_000
 SCAN_HEADROOM = 4
 #: the most tuples one iterative scan may visit before the leg falls back to an exact scan
 MAX_SCAN_TUPLES_CAP = 1_000_000
-#: from this many indexed rows, a caller whose predicate admits all of them uses the index
+#: the default of ``storage.ann_unfiltered_min_rows``
 UNFILTERED_ANN_MIN_ROWS = 1_000
 
 
@@ -131,11 +131,12 @@ async def capped_count(conn: AsyncConnection, scope: Scope, cap: int) -> int:
 
 
 async def plan_vector(
-    db: AsyncEngine, scope: Scope, *, threshold: int, unfiltered_min_rows: int = UNFILTERED_ANN_MIN_ROWS
+    db: AsyncEngine, scope: Scope, *, threshold: int, unfiltered_min_rows: int | None = UNFILTERED_ANN_MIN_ROWS
 ) -> VectorPlan:
     """Exact below ``threshold`` estimated eligible rows, the HNSW index above it.
 
-    A caller whose ACL and scope admit every indexed row uses the index from ``unfiltered_min_rows``:
+    A caller whose ACL and scope admit every indexed row uses the index from ``unfiltered_min_rows``
+    (``storage.ann_unfiltered_min_rows``; ``None`` turns this off):
     with nothing filtered, the post-filter failure the exact scan guards against cannot happen, and
     the index answers with its ordinary recall at a fraction of the scan's cost (on SciFact's 9,198
     chunks nDCG@10 0.735 against 0.734 exact, search p50 50.5 against 71.2 ms; benchmarks/README.md).
@@ -153,7 +154,7 @@ async def plan_vector(
             unfiltered = False
             if eligible > threshold:
                 eligible, method = min(eligible, await capped_count(conn, scope, threshold + 1)), "capped_count"
-    index = eligible > threshold or (unfiltered and eligible >= unfiltered_min_rows)
+    index = eligible > threshold or (unfiltered and unfiltered_min_rows is not None and eligible >= unfiltered_min_rows)
     return VectorPlan(ANN if index else EXACT, eligible, total, method, threshold, unfiltered=unfiltered)
 
 
