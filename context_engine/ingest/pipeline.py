@@ -272,17 +272,27 @@ class Ingestor:
         report = report.model_copy(
             update={"document_id": doc_id, "version": version, "revision": revision, "chunks": len(rows)}
         )
-        return await self._embed_pending(sql, report, reused=reused)
+        return await self._embed_pending(sql, report, reused=reused, texts=[r.text for r in rows])
 
-    async def _embed_pending(self, sql: AsyncEngine, report: DocumentReport, *, reused: int = 0) -> DocumentReport:
-        """Embed the current version's rows that still lack a vector; store each batch as it lands."""
+    async def _embed_pending(
+        self, sql: AsyncEngine, report: DocumentReport, *, reused: int = 0, texts: list[str] | None = None
+    ) -> DocumentReport:
+        """Embed the current version's rows that still lack a vector; store each batch as it lands.
+
+        ``texts`` (by position) are the chunk texts when the caller holds them, as a first pass does;
+        a resume reads them from the database.
+        """
         engine = self.engine
         embedder, hooks = engine.embedder, engine.hooks
         doc_id = report.document_id
         assert doc_id is not None
         async with sql.connect() as conn:
-            pending = await repo.pending_chunks(conn, doc_id)
+            if texts is None:
+                pending = await repo.pending_chunks(conn, doc_id)
+            else:
+                pending = [(cid, texts[pos]) for cid, pos in await repo.pending_positions(conn, doc_id)]
         items = [batching.Item(cid, text, embedder.count_tokens(text)) for cid, text in pending]
+        del pending
         progress = {"done": 0, "total": len(items), "tokens": 0}
         await hooks.emit("on_progress", ProgressEvent("embed", "started", report.name, doc_id, dict(progress)))
 

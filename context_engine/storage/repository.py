@@ -97,6 +97,22 @@ async def pending_chunks(conn: AsyncConnection, document_id: str) -> list[tuple[
     return [(int(r[0]), r[1]) for r in rows]
 
 
+async def pending_positions(conn: AsyncConnection, document_id: str) -> list[tuple[int, int]]:
+    """``(id, position)`` of the current chunks still missing a vector, in document order.
+
+    The first embedding pass holds the texts already; reading only ids keeps a second copy of a
+    large document's text out of memory.
+    """
+    rows = await conn.execute(
+        text(
+            "SELECT id, position FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL "
+            "AND embedding IS NULL ORDER BY position"
+        ),
+        {"d": document_id},
+    )
+    return [(int(r[0]), int(r[1])) for r in rows]
+
+
 async def store_vectors(
     conn: AsyncConnection, ids: Sequence[int], vectors: Sequence[Sequence[float]], embedding_key: str
 ) -> None:
@@ -169,6 +185,20 @@ async def reusable_hashes(conn: AsyncConnection, document_id: str, embedding_key
         {"d": document_id, "k": embedding_key},
     )
     return set(rows.scalars())
+
+
+#: chunks per INSERT statement of write_document
+_INSERT_SLICE = 500
+_INSERT_CHUNK = text(
+    "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, section, "
+    "page, kind, tsv, embedding, embedding_key, meta, valid_from) VALUES ("
+    "CAST(:id AS uuid), :v, :pos, :s, CAST(:acl AS text[]), :ct, :th, :sec, :pg, :kind, "
+    "to_tsvector(CAST(:cfg AS regconfig), "
+    "unaccent(concat_ws(' ', CAST(:sec AS text), CAST(:ct AS text)))), "
+    "COALESCE(CAST(:emb AS vector), (SELECT o.embedding FROM ce_chunks o WHERE o.document_id = "
+    "CAST(:id AS uuid) AND o.valid_to IS NULL AND o.text_hash = :th AND o.embedding_key = :ek "
+    "AND o.embedding IS NOT NULL LIMIT 1)), :ek, CAST(:cmeta AS jsonb), :r)"
+)
 
 
 async def write_document(
@@ -247,18 +277,10 @@ async def write_document(
         ),
         {**params, "v": version},
     )
-    if chunks:
+    # in slices, so a 40,000-chunk spreadsheet never holds every row's parameters at once
+    for start in range(0, len(chunks), _INSERT_SLICE):
         await conn.execute(
-            text(
-                "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, section, "
-                "page, kind, tsv, embedding, embedding_key, meta, valid_from) VALUES ("
-                "CAST(:id AS uuid), :v, :pos, :s, CAST(:acl AS text[]), :ct, :th, :sec, :pg, :kind, "
-                "to_tsvector(CAST(:cfg AS regconfig), "
-                "unaccent(concat_ws(' ', CAST(:sec AS text), CAST(:ct AS text)))), "
-                "COALESCE(CAST(:emb AS vector), (SELECT o.embedding FROM ce_chunks o WHERE o.document_id = "
-                "CAST(:id AS uuid) AND o.valid_to IS NULL AND o.text_hash = :th AND o.embedding_key = :ek "
-                "AND o.embedding IS NOT NULL LIMIT 1)), :ek, CAST(:cmeta AS jsonb), :r)"
-            ),
+            _INSERT_CHUNK,
             [
                 {
                     "id": doc_id,
@@ -277,7 +299,7 @@ async def write_document(
                     "cmeta": json.dumps(c.meta),
                     "r": revision,
                 }
-                for c in chunks
+                for c in chunks[start : start + _INSERT_SLICE]
             ],
         )
     await bm25.replace_version(conn, doc_id, version)
