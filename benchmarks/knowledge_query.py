@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python benchmarks/knowledge_query.py --data ../shared/data/beir/scifact [--docs 1500] [--database-url URL]
+    python benchmarks/knowledge_query.py --data PATH/TO/scifact [--docs 1500] [--database-url URL]
 
 What it measures, and why this way:
 
@@ -232,7 +232,7 @@ def table(report: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="../shared/data/beir/scifact", help="a BEIR-format folder")
+    parser.add_argument("--data", required=True, help="a BEIR-format folder (e.g. BEIR SciFact)")
     parser.add_argument("--docs", type=int, default=1500, help="corpus subset size (0 = the full corpus)")
     parser.add_argument("--database-url", default=None, help="default: a throwaway embedded PostgreSQL")
     args = parser.parse_args()

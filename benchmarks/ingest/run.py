@@ -49,6 +49,10 @@ from context_engine.embeddings.local import LocalEmbedder
 from context_engine.ingest.pipeline import prepare
 from context_engine.storage import embedded
 
+# the PDF writer the tests use (one text page per entry), so the benchmark's PDF is one they cover
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.filegen import make_pdf
+
 DIM = 384  # all-MiniLM-L6-v2; the stand-in and the fake provider use the same width, so one database serves all
 
 WORDS = (
@@ -145,41 +149,6 @@ def write_csv(path: Path, target_bytes: int, rng: random.Random) -> int:
     return rows
 
 
-def _pdf_escape(text: str) -> bytes:
-    raw = text.encode("latin-1")
-    return raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
-
-
-def make_pdf(pages: list[list[str]]) -> bytes:
-    """A PDF 1.4 with one Helvetica text page per entry (lines; "" is a blank line), as tests/filegen.py."""
-    objects: list[bytes] = [b"", b""]  # catalog and page tree, filled in at the end
-    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
-    font = len(objects)
-    kids: list[int] = []
-    for lines in pages:
-        ops = [b"BT /F1 10 Tf 12 TL 56 770 Td"]
-        ops += [(b"" if i == 0 else b"T* ") + b"(" + _pdf_escape(line) + b") Tj" for i, line in enumerate(lines)]
-        content = b"\n".join([*ops, b"ET"])
-        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
-        objects.append(
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 %d 0 R >> >> "
-            b"/Contents %d 0 R >>" % (font, len(objects))
-        )
-        kids.append(len(objects))
-    objects[0] = b"<< /Type /Catalog /Pages 2 0 R >>"
-    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % k for k in kids), len(kids))
-    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
-
-
 def write_pdf(path: Path, pages: int, rng: random.Random) -> None:
     """Report-like pages: a heading line and five paragraphs of 4-7 wrapped lines, blank lines between."""
     content: list[list[str]] = []
@@ -190,7 +159,7 @@ def write_pdf(path: Path, pages: int, rng: random.Random) -> None:
             lines += [" ".join(words[i : i + 13]) for i in range(0, len(words), 13)]
             lines.append("")
         content.append(lines)
-    path.write_bytes(make_pdf(content))
+    path.write_bytes(make_pdf(["\n".join(lines) for lines in content]))
 
 
 def markdown_notes(count: int, rng: random.Random) -> list[str]:
