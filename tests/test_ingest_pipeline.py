@@ -258,3 +258,29 @@ async def test_intake_caps_refuse_before_writing(database_url: str, tmp_path: An
         assert (too_many.value.knob, too_many.value.limit, too_many.value.actual) == ("ingest.max_rows", 3, 4)
         assert (await engine.stats(principals=TRUSTED)).documents == 0
         assert await engine.revision() == 0
+
+
+async def test_stored_text_is_the_chunks_joined_and_follows_each_version(engine: ContextEngine) -> None:
+    """The database assembles the document text from its chunk rows (the process never joins it)."""
+    sections = "\n\n".join(f"# Part {i}\n\n" + f"Sentence {i} about part {i}. " * 60 for i in range(4))
+    first = (await engine.ingest(text=sections, name="parts.md")).documents[0]
+    assert first.chunks is not None and first.chunks > 2
+    sql = await engine._ready()
+    async with sql.connect() as conn:
+        texts = (
+            await conn.execute(
+                text(
+                    "SELECT text FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL "
+                    "ORDER BY position"
+                ),
+                {"d": first.document_id},
+            )
+        ).scalars()
+        joined = "\n\n".join(texts)
+    assert first.document_id is not None
+    doc = await engine.get_document(first.document_id, principals=TRUSTED)
+    assert doc.text == joined
+    second = (await engine.ingest(text="# Only\n\nA much shorter second version.", name="parts.md")).documents[0]
+    assert second.version == 2
+    doc = await engine.get_document(first.document_id, principals=TRUSTED)
+    assert doc.text == "A much shorter second version."

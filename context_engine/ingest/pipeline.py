@@ -40,8 +40,10 @@ Source = bytes | Path | IO[bytes]
 
 @dataclass
 class Prepared:
+    """An extracted, chunked document. Its stored text is the chunks joined by blank lines, built by
+    the database from the chunk rows (a large spreadsheet's text is never held twice here)."""
+
     mime: str
-    body: str
     chunks: list[Chunk]
     meta: dict[str, Any]
     content_hash: str
@@ -116,11 +118,15 @@ def prepare(
         )
         extracted.meta = scrub.obj(dict(extracted.meta))
     chunks = list(chunk_units(units, budget=budget, count_tokens=count_tokens))
-    body = "\n\n".join(c.text for c in chunks)
-    if not body.strip():
+    if not any(c.text.strip() for c in chunks):
         raise ExtractionFailed("the document contains no text")
-    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-    return Prepared(extracted.mime, body, chunks, dict(extracted.meta), digest)
+    # the SHA-256 of the chunks joined by blank lines (the stored text), fed piece by piece
+    digest = hashlib.sha256()
+    for i, c in enumerate(chunks):
+        if i:
+            digest.update(b"\n\n")
+        digest.update(c.text.encode("utf-8"))
+    return Prepared(extracted.mime, chunks, dict(extracted.meta), digest.hexdigest())
 
 
 class Ingestor:
@@ -259,7 +265,7 @@ class Ingestor:
                 source_id=source_id,
                 name=name,
                 mime=prepared.mime,
-                body=prepared.body,
+                body=None,
                 acl=acl,
                 attributes=attributes,
                 content_hash=prepared.content_hash,

@@ -208,7 +208,7 @@ async def write_document(
     source_id: str,
     name: str,
     mime: str,
-    body: str,
+    body: str | None,
     acl: Sequence[str],
     attributes: dict[str, Any],
     content_hash: str,
@@ -221,14 +221,15 @@ async def write_document(
     """Write a new version (closing the previous one) in the caller's transaction.
 
     Returns ``(document_id, version, revision)``. Unchanged chunks get the previous version's
-    vector copied inside the database, never read into the process.
+    vector copied inside the database, never read into the process. ``body=None`` stores the
+    chunks' texts joined by blank lines as the document's text, assembled by the database.
     """
     revision = await next_revision(conn)
     params: dict[str, Any] = {
         "s": source_id,
         "n": name,
         "m": mime,
-        "t": body,
+        "t": body if body is not None else "",
         "acl": list(acl),
         "attr": json.dumps(attributes),
         "h": content_hash,
@@ -301,6 +302,15 @@ async def write_document(
                 }
                 for c in chunks[start : start + _INSERT_SLICE]
             ],
+        )
+    if body is None:
+        await conn.execute(
+            text(
+                "UPDATE ce_documents SET text = coalesce((SELECT string_agg(c.text, E'\\n\\n' ORDER BY c.position) "
+                "FROM ce_chunks c WHERE c.document_id = CAST(:id AS uuid) AND c.version = :v), '') "
+                "WHERE id = CAST(:id AS uuid)"
+            ),
+            {"id": doc_id, "v": version},
         )
     await bm25.replace_version(conn, doc_id, version)
     # close the previous version's chunks only now: the copies above read from them
