@@ -35,7 +35,9 @@ DEFAULT_MAX_TOKENS = 256
 
 # Sub-batch shape: sequences of similar length share one padded array; the token budget keeps the
 # attention scores (batch x heads x len x len) and the FFN activations small enough to stay in cache.
-_SUB_BATCH_TOKENS = 2048
+# 512 rather than 2048: embedding a 200-page PDF's 380 chunks peaked at 245 MiB instead of 355 MiB
+# at the same speed (14.4-14.5 s against 13.8-15.2 s; benchmarks/README.md, "Ingestion").
+_SUB_BATCH_TOKENS = 512
 _SUB_BATCH_ITEMS = 64
 # FFN rows processed at a time, so the 1536-wide GELU input stays cache-resident.
 _FFN_ROW_BLOCK = 256
