@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ from sqlalchemy import text
 
 from context_engine import ContextEngine
 from context_engine.principals import TRUSTED
-from context_engine.retrieval import legs, lexical
+from context_engine.retrieval import bm25, legs, lexical
 from context_engine.retrieval.legs import Scope
 from context_engine.storage.migrate import migrate
 from tests.conftest import make_config
@@ -184,3 +185,78 @@ async def test_chunk_rows_stay_whole_in_their_page(database_url: str) -> None:
                 )
             )
             assert external == 0
+
+
+async def test_bounded_bm25_returns_exactly_what_scoring_every_candidate_returns(database_url: str) -> None:
+    """The bound pass against a BM25 computed here in Python from the stored ``tsvector``s, for
+    depths that prove the short pass exact and depths that force the full pass, for a caller who
+    sees part of the corpus and for a trusted one."""
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda", "theta", "zeta"]
+    async with ContextEngine(make_config(database_url)) as engine:
+        for i in range(48):
+            # word j appears in every (j+1)-th document, repeated by position: frequent words are common
+            body = " ".join(w for j, w in enumerate(words) for _ in range(1 + (i + j) % 3) if i % (j + 1) == 0)
+            acl = ["group:x"] if i % 4 == 0 else []
+            await engine.ingest(text=f"Note {i}: {body} filler words here.", name=f"n{i}", acl=acl)
+        sql = await engine._ready()
+        async with sql.connect() as conn:
+            rows = (
+                await conn.execute(
+                    text(
+                        "SELECT c.id, c.acl, c.tsv_tokens, u.lexeme, coalesce(array_length(u.positions, 1), 1) "
+                        "FROM ce_chunks c, unnest(c.tsv) u WHERE c.valid_to IS NULL"
+                    )
+                )
+            ).all()
+
+        def reference(query_terms: list[str], principals: tuple[str, ...] | None, limit: int) -> list[int]:
+            docs: dict[int, tuple[int, dict[str, int]]] = {}
+            for cid, acl, length, lexeme, tf in rows:
+                if principals is None or not acl or set(acl) & set(principals):
+                    docs.setdefault(cid, (length, {}))[1][lexeme] = tf
+            n = len(docs)
+            avgdl = max(sum(length for length, _ in docs.values()) / max(n, 1), 1)
+            scores: dict[int, float] = {}
+            for term in query_terms:
+                df = sum(1 for _, tfs in docs.values() if term in tfs)
+                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+                for cid, (length, tfs) in docs.items():
+                    if term in tfs:
+                        tf = tfs[term]
+                        norm = 1.2 * (0.25 + 0.75 * length / avgdl)
+                        scores[cid] = scores.get(cid, 0.0) + idf * tf * 2.2 / (tf + norm)
+            return [cid for cid, _ in sorted(scores.items(), key=lambda p: (-p[1], p[0]))][:limit]
+
+        passes: set[str] = set()
+        for query in ("alpha zeta", "beta gamma theta", "omega kappa lambda sigma", "alpha beta gamma delta"):
+            async with sql.connect() as conn:
+                terms = list(
+                    await conn.scalar(text("SELECT tsvector_to_array(to_tsvector('english', :q))"), {"q": query})
+                )
+            for principals in ((), None):
+                expected = reference(terms, principals, 5)
+                for depth in (1, 2, 1000):
+                    params: dict[str, Any] = {"lx_cfg": "english", "limit": 5}
+                    tsq = lexical.tsquery_sql(query, match="any", params=params)
+                    assert tsq is not None
+                    report: dict[str, Any] = {}
+                    scope = Scope(principals)
+                    async with sql.connect() as conn:
+                        found = await bm25.rank(
+                            conn,
+                            tsquery=tsq,
+                            terms=lexical.terms_sql(params),
+                            chunk_predicate=scope.predicate("c", params),
+                            stats_scope={"principals": principals, "source_ids": None},
+                            params=params,
+                            k1=1.2,
+                            b=0.75,
+                            limit=5,
+                            bound_depth=depth,
+                            report=report,
+                        )
+                    assert [cid for cid, _ in found] == expected, (query, principals, depth, report)
+                    passes.add(report["pass"])
+                    if depth == 1000:
+                        assert report["scored"] == report["candidates"]
+        assert passes == {"bounded", "full"}

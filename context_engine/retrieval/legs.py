@@ -62,25 +62,26 @@ async def fts_leg(
     if tsq is None:
         return []
     if rank == "bm25":
-        stats_scope = {"principals": scope.principals, "source_ids": scope.source_ids}
-        sql = bm25.score_sql(
-            tsquery=tsq,
-            terms=lexical.terms_sql(params),
-            chunk_predicate=scope.predicate("c", params),
-            stats_scope=stats_scope,
-            params=params,
-            k1=bm25_k1,
-            b=bm25_b,
-        )
-    else:
-        rank_fn = "ts_rank_cd" if rank == "ts_rank_cd" else "ts_rank"
-        # MATERIALIZED: build the tsquery once; inlined, unaccent (only stable) re-runs per row
-        sql = (
-            f"WITH q AS MATERIALIZED (SELECT {tsq} AS q) SELECT c.id, {rank_fn}(c.tsv, q.q, :norm) AS r "
-            "FROM ce_chunks c, q "
-            f"WHERE c.valid_to IS NULL AND c.tsv @@ q.q AND {scope.predicate('c', params)} "
-            "ORDER BY r DESC, c.id LIMIT :limit"
-        )
+        async with db.connect() as conn:
+            return await bm25.rank(
+                conn,
+                tsquery=tsq,
+                terms=lexical.terms_sql(params),
+                chunk_predicate=scope.predicate("c", params),
+                stats_scope={"principals": scope.principals, "source_ids": scope.source_ids},
+                params=params,
+                k1=bm25_k1,
+                b=bm25_b,
+                limit=limit,
+            )
+    rank_fn = "ts_rank_cd" if rank == "ts_rank_cd" else "ts_rank"
+    # MATERIALIZED: build the tsquery once; inlined, unaccent (only stable) re-runs per row
+    sql = (
+        f"WITH q AS MATERIALIZED (SELECT {tsq} AS q) SELECT c.id, {rank_fn}(c.tsv, q.q, :norm) AS r "
+        "FROM ce_chunks c, q "
+        f"WHERE c.valid_to IS NULL AND c.tsv @@ q.q AND {scope.predicate('c', params)} "
+        "ORDER BY r DESC, c.id LIMIT :limit"
+    )
     async with db.connect() as conn:
         rows = (await conn.execute(text(sql), params)).all()
     return [(int(r[0]), float(r[1])) for r in rows]
