@@ -163,6 +163,11 @@ class IngestConfig(BaseModel):
     #: target size of one chunk, in tokens of the embedder's tokenizer
     chunk_tokens: int = Field(default=256, ge=16, le=8192)
     resume_stale_seconds: int = Field(default=600, ge=0)
+    #: the most chunks whose text one ingest holds in memory at once. A document with more is
+    #: read twice (the first pass counts and hashes its chunks, the second writes them a slice at
+    #: a time) and embedded a page of this many chunks at a time, so memory stays flat however large
+    #: the file; ingest of a 22 MB CSV peaked at ... (benchmarks/README.md, "Ingestion")
+    hold_chunks: int = Field(default=2_000, ge=1)
 
 
 LLMProvider = Literal["openai", "azure_openai", "custom", "anthropic"]

@@ -284,3 +284,80 @@ async def test_stored_text_is_the_chunks_joined_and_follows_each_version(engine:
     assert second.version == 2
     doc = await engine.get_document(first.document_id, principals=TRUSTED)
     assert doc.text == "A much shorter second version."
+
+
+async def _stored_chunks(engine: ContextEngine, document_id: str) -> list[tuple[int, str, str | None, bool]]:
+    sql = await engine._ready()
+    async with sql.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT position, text, section, embedding IS NOT NULL FROM ce_chunks "
+                "WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL ORDER BY position"
+            ),
+            {"d": document_id},
+        )
+        return [(int(r[0]), r[1], r[2], bool(r[3])) for r in rows]
+
+
+async def test_a_document_over_hold_chunks_is_written_in_a_second_pass_and_embedded_in_pages(
+    database_url: str,
+    fake_http_server: FakeHTTPServer,  # noqa: F811
+) -> None:
+    fake_http_server.route("POST", "/v1/embeddings", fake_openai_embeddings(DIM))
+    config = _config(database_url, fake_http_server, max_batch_items=4)
+    streaming = config.model_copy(update={"ingest": config.ingest.model_copy(update={"hold_chunks": 3})})
+    async with ContextEngine(streaming) as small, ContextEngine(config) as held:
+        streamed = (await small.ingest(text=_sections(12), name="big")).documents[0]
+        assert streamed.status == "completed" and streamed.chunks == 12
+        # pages of 3 pending chunks, each embedded in one batch (under the batch cap of 4)
+        sizes = [len(batch) for batch in _inputs(fake_http_server)]
+        assert sizes == [3, 3, 3, 3]
+        assert sorted(t for batch in _inputs(fake_http_server) for t in batch) == sorted(
+            f"Paragraph {i} describes topic number {i} in plain words." for i in range(12)
+        )
+        # the same chunks, text and content hash as a document held whole
+        whole = (await held.ingest(text=_sections(12), name="whole")).documents[0]
+        assert streamed.document_id is not None and whole.document_id is not None
+        assert await _stored_chunks(small, streamed.document_id) == await _stored_chunks(held, whole.document_id)
+        doc_streamed = await small.get_document(streamed.document_id, principals=TRUSTED)
+        doc_whole = await held.get_document(whole.document_id, principals=TRUSTED)
+        assert doc_streamed.text == doc_whole.text
+        assert doc_streamed.meta["embedding_progress"] == doc_whole.meta["embedding_progress"]
+        # unchanged content is still recognised, and one changed section costs one input
+        fake_http_server.clear()
+        again = (await small.ingest(text=_sections(12), name="big")).documents[0]
+        assert (again.status, again.skip_reason) == ("skipped", "unchanged")
+        assert _inputs(fake_http_server) == []
+        changed = (await small.ingest(text=_sections(12, changed=5), name="big")).documents[0]
+        assert changed.status == "completed" and changed.version == 2
+        assert _inputs(fake_http_server) == [[second_text(5)]]
+        doc = await small.get_document(streamed.document_id, principals=TRUSTED)
+        assert doc.meta["embedding_progress"]["total"] == 1
+
+
+async def test_a_file_that_changes_between_the_two_passes_is_refused_and_nothing_is_written(
+    database_url: str,
+    fake_http_server: FakeHTTPServer,  # noqa: F811
+    tmp_path: Any,
+) -> None:
+    fake_http_server.route("POST", "/v1/embeddings", fake_openai_embeddings(DIM))
+    config = _config(database_url, fake_http_server, max_batch_items=4)
+    path = tmp_path / "notes.md"
+    path.write_text(_sections(12))
+
+    def rewrite(event: ProgressEvent) -> None:
+        if (event.stage, event.state) == ("chunk", "done"):  # after the first pass, before the write
+            path.write_text(_sections(12, changed=7))
+
+    config = config.model_copy(update={"ingest": config.ingest.model_copy(update={"hold_chunks": 3})})
+    async with ContextEngine(config, hooks=Hooks(on_progress=rewrite)) as engine:
+        report = (await engine.ingest(file=path)).documents[0]
+        assert report.status == "failed"
+        assert report.failure_reason == "chunk_set_changed"
+        assert report.document_id is not None
+        assert await _stored_chunks(engine, report.document_id) == []
+        assert _inputs(fake_http_server) == []
+        # read again once the file holds still, it goes in whole
+        engine.hooks = Hooks()
+        retry = (await engine.ingest(file=path)).documents[0]
+        assert retry.status == "completed" and retry.chunks == 12

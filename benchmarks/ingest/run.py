@@ -291,7 +291,7 @@ def child_prepare(path: Path) -> dict[str, Any]:
         "hwm_before_kb": hwm_before,
         "hwm_kb": status_kb("VmHWM"),
         "seconds": time.perf_counter() - started,
-        "chunks": len(prepared.chunks),
+        "chunks": prepared.chunk_count,
         "status": "prepared",
         "error": None,
     }
@@ -372,7 +372,7 @@ def prepare_rate(label: str, sources: list[tuple[bytes | Path, str, str | None]]
     chunks = 0
     started = time.perf_counter()
     for source, name, mime in sources:
-        chunks += len(prepare(source, name, mime, budget, local.count_tokens, None).chunks)
+        chunks += prepare(source, name, mime, budget, local.count_tokens, None).chunk_count
     return Rate(label, len(sources), chunks, time.perf_counter() - started)
 
 

@@ -27,7 +27,7 @@ PROVIDER_BATCH_LIMITS: dict[str, tuple[int, int | None]] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class Item:
     key: int  # the chunk row id
     text: str
@@ -40,6 +40,8 @@ class RunStats:
     embedded: int = 0
     tokens: int = 0
     halvings: int = 0
+    #: the batch item cap at the end of the run (lower than asked for after halvings)
+    item_cap: int = 0
 
 
 class EmbeddingBatchRejected(ProviderError):
@@ -131,6 +133,7 @@ async def run(
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
     if failure is not None:
         raise failure
+    stats.item_cap = item_cap
     return stats
 
 

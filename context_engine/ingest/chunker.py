@@ -18,7 +18,7 @@ _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
 _WS = re.compile(r"\s+")
 
 
-@dataclass
+@dataclass(slots=True)
 class Chunk:
     text: str
     section: str | None

@@ -13,8 +13,10 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
+from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -38,15 +40,28 @@ log = logging.getLogger("context_engine.ingest")
 Source = bytes | Path | IO[bytes]
 
 
+#: the default of ``ingest.hold_chunks``: a document of more chunks is not held in memory between
+#: extraction and storage (a 22 MB spreadsheet is ~44,000 chunks)
+HOLD_CHUNKS = 2_000
+
+
 @dataclass
 class Prepared:
     """An extracted, chunked document. Its stored text is the chunks joined by blank lines, built by
-    the database from the chunk rows (a large spreadsheet's text is never held twice here)."""
+    the database from the chunk rows (a large spreadsheet's text is never held twice here).
+
+    ``chunks`` is ``None`` when the document has more than ``ingest.hold_chunks`` chunks: they are
+    extracted again as they are written (:func:`chunk_stream`), and ``content_hash`` and
+    ``chunk_count`` are checked against that second pass.
+    """
 
     mime: str
-    chunks: list[Chunk]
+    chunks: list[Chunk] | None
     meta: dict[str, Any]
     content_hash: str
+    chunk_count: int
+    #: ``(position, tokens)`` of the first chunk over the embedder's per-input cap, if any
+    too_large: tuple[int, int] | None = None
 
 
 def open_source(text: str | None, file: Any, name: str | None, cap: int | None) -> tuple[Source, str]:
@@ -88,7 +103,7 @@ def _cap(cap: int | None, size: int) -> None:
         raise IngestTooLarge("ingest.max_file_bytes", cap, size)
 
 
-def prepare(
+def chunk_stream(
     source: Source,
     name: str,
     mime: str | None,
@@ -96,11 +111,12 @@ def prepare(
     count_tokens: Callable[[str], int],
     max_rows: int | None,
     scrub: IngestScrubber | None = None,
-) -> Prepared:
-    """Extract, scrub and chunk (CPU work, run in a thread). Raises ExtractionFailed / IngestTooLarge.
+) -> tuple[str, dict[str, Any], Iterator[Chunk]]:
+    """Extract, scrub and chunk lazily: ``(mime, meta, chunks)``. Raises ExtractionFailed /
+    IngestTooLarge, at once or while the chunks are consumed (spreadsheets stream).
 
     Ingest-stage redaction runs on every unit before chunking, so nothing raw is stored, indexed
-    or sent to an embedding provider.
+    or sent to an embedding provider. ``meta`` is complete once the chunks are exhausted.
     """
     from context_engine.ingest.extractors import extract
 
@@ -117,16 +133,65 @@ def prepare(
             for u in units
         )
         extracted.meta = scrub.obj(dict(extracted.meta))
-    chunks = list(chunk_units(units, budget=budget, count_tokens=count_tokens))
-    if not any(c.text.strip() for c in chunks):
-        raise ExtractionFailed("the document contains no text")
+    return extracted.mime, extracted.meta, chunk_units(units, budget=budget, count_tokens=count_tokens)
+
+
+def prepare(
+    source: Source,
+    name: str,
+    mime: str | None,
+    budget: int,
+    count_tokens: Callable[[str], int],
+    max_rows: int | None,
+    scrub: IngestScrubber | None = None,
+    *,
+    input_cap: int | None = None,
+    hold: int = HOLD_CHUNKS,
+) -> Prepared:
+    """The first pass (CPU work, run in a thread): chunk count, content hash, the first chunk over
+    ``input_cap`` tokens, and the chunks themselves when there are at most ``hold`` of them.
+    Raises ExtractionFailed / IngestTooLarge.
+    """
+    found_mime, meta, chunks = chunk_stream(source, name, mime, budget, count_tokens, max_rows, scrub)
+    held: list[Chunk] | None = []
     # the SHA-256 of the chunks joined by blank lines (the stored text), fed piece by piece
     digest = hashlib.sha256()
-    for i, c in enumerate(chunks):
-        if i:
+    count = 0
+    has_text = False
+    too_large: tuple[int, int] | None = None
+    for chunk in chunks:
+        if count:
             digest.update(b"\n\n")
-        digest.update(c.text.encode("utf-8"))
-    return Prepared(extracted.mime, chunks, dict(extracted.meta), digest.hexdigest())
+        digest.update(chunk.text.encode("utf-8"))
+        has_text = has_text or bool(chunk.text.strip())
+        if too_large is None and input_cap is not None:
+            tokens = count_tokens(chunk.text)
+            if tokens > input_cap:
+                too_large = (count, tokens)
+        if held is not None:
+            held.append(chunk)
+            if len(held) > hold:
+                held = None  # too many to keep: the write extracts them again
+        count += 1
+    if not has_text:
+        raise ExtractionFailed("the document contains no text")
+    return Prepared(found_mime, held, dict(meta), digest.hexdigest(), count, too_large)
+
+
+def start_of(source: Source) -> int:
+    """Where a file object's content starts, so that a second pass can read it again."""
+    return source.tell() if not isinstance(source, bytes | Path) and hasattr(source, "tell") else 0
+
+
+def reopen(source: Source, start: int) -> Source:
+    """The same input, readable again from ``start``, for a second extraction pass."""
+    if not isinstance(source, bytes | Path) and hasattr(source, "seek"):
+        source.seek(start)
+    return source
+
+
+class _SourceChanged(Exception):
+    """The second extraction pass did not give the chunks the first one counted and hashed."""
 
 
 class Ingestor:
@@ -154,16 +219,21 @@ class Ingestor:
         report = DocumentReport(document_id=None, name=name, source_id=source_id, status="failed")
 
         await hooks.emit("on_progress", ProgressEvent("extract", "started", name))
+        start = start_of(source)
         try:
             prepared = await asyncio.to_thread(
-                prepare,
-                source,
-                name,
-                mime,
-                budget,
-                embedder.count_tokens,
-                engine.config.ingest.max_rows,
-                engine._scrubber(),
+                partial(
+                    prepare,
+                    source,
+                    name,
+                    mime,
+                    budget,
+                    embedder.count_tokens,
+                    engine.config.ingest.max_rows,
+                    engine._scrubber(),
+                    input_cap=embedder.max_input_tokens,
+                    hold=engine.config.ingest.hold_chunks,
+                )
             )
         except (IngestTooLarge, ImportError):
             raise
@@ -178,14 +248,11 @@ class Ingestor:
             "on_progress",
             ProgressEvent("extract", "done", name, detail={"pages": report.pages, "pages_source": report.pages_source}),
         )
-        await hooks.emit("on_progress", ProgressEvent("chunk", "done", name, detail={"chunks": len(prepared.chunks)}))
+        await hooks.emit("on_progress", ProgressEvent("chunk", "done", name, detail={"chunks": prepared.chunk_count}))
 
-        too_large = [
-            i for i, c in enumerate(prepared.chunks) if embedder.count_tokens(c.text) > embedder.max_input_tokens
-        ]
-        if too_large:
+        if prepared.too_large is not None:
             message = (
-                f"chunk {too_large[0]} is larger than the embedding model's per-input cap of "
+                f"chunk {prepared.too_large[0]} is larger than the embedding model's per-input cap of "
                 f"{embedder.max_input_tokens} tokens"
             )
             return await self._fail_new(sql, report, prepared.mime, acl, attributes, "input_too_large", message, caller)
@@ -212,7 +279,9 @@ class Ingestor:
             if not await repo.try_session_lock(lock_conn, source_id, name):
                 return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
             try:
-                return await self._write_and_embed(sql, report, prepared, source_id, name, acl, attributes)
+                return await self._write_and_embed(
+                    sql, report, prepared, reopen(source, start), source_id, name, acl, attributes
+                )
             finally:
                 await repo.release_session_lock(lock_conn, source_id, name)
         finally:
@@ -223,6 +292,7 @@ class Ingestor:
         sql: AsyncEngine,
         report: DocumentReport,
         prepared: Prepared,
+        source: Source,
         source_id: str,
         name: str,
         acl: list[str],
@@ -230,55 +300,110 @@ class Ingestor:
     ) -> DocumentReport:
         engine = self.engine
         key = engine.embedder.key
-        async with sql.begin() as conn:
-            # re-read under the lock: another run may have finished while we extracted
-            existing = await repo.find_by_identity(conn, source_id, name)
-            if (
-                existing is not None
-                and existing["content_hash"] == prepared.content_hash
-                and existing["status"] == ("completed")
-            ):
-                return report.model_copy(
-                    update={"document_id": str(existing["id"]), "status": "skipped", "skip_reason": "unchanged"}
+        try:
+            async with sql.begin() as conn:
+                # re-read under the lock: another run may have finished while we extracted
+                existing = await repo.find_by_identity(conn, source_id, name)
+                if (
+                    existing is not None
+                    and existing["content_hash"] == prepared.content_hash
+                    and existing["status"] == ("completed")
+                ):
+                    return report.model_copy(
+                        update={"document_id": str(existing["id"]), "status": "skipped", "skip_reason": "unchanged"}
+                    )
+                meta = dict(prepared.meta)
+                meta["embedding_progress"] = {"done": 0, "total": prepared.chunk_count, "tokens": 0}
+                doc_id, version, revision = await repo.write_document(
+                    conn,
+                    existing_id=str(existing["id"]) if existing else None,
+                    source_id=source_id,
+                    name=name,
+                    mime=prepared.mime,
+                    body=None,
+                    acl=acl,
+                    attributes=attributes,
+                    content_hash=prepared.content_hash,
+                    meta=meta,
+                    chunks=self._row_slices(prepared, source, name),
+                    chunk_count=prepared.chunk_count,
+                    embedding_key=key,
+                    text_search_config=engine._text_search_config,
+                    status="embedding",
                 )
-            existing_id = str(existing["id"]) if existing else None
-            reusable = await repo.reusable_hashes(conn, existing_id, key) if existing_id else set()
-            rows = [
-                repo.ChunkRow(
-                    position=i,
-                    text=c.text,
-                    text_hash=hashlib.sha256(normalise(c.text).encode()).hexdigest(),
-                    section=c.section,
-                    page=c.page,
-                    kind=c.kind,
-                    meta=c.meta,
-                    embedding=None,
-                )
-                for i, c in enumerate(prepared.chunks)
-            ]
-            reused = sum(1 for r in rows if r.text_hash in reusable)
-            meta = dict(prepared.meta)
-            meta["embedding_progress"] = {"done": 0, "total": len(rows) - reused, "tokens": 0}
-            doc_id, version, revision = await repo.write_document(
-                conn,
-                existing_id=existing_id,
-                source_id=source_id,
-                name=name,
-                mime=prepared.mime,
-                body=None,
-                acl=acl,
-                attributes=attributes,
-                content_hash=prepared.content_hash,
-                meta=meta,
-                chunks=rows,
-                embedding_key=key,
-                text_search_config=engine._text_search_config,
-                status="embedding",
+                # unchanged chunks got their stored vectors copied by the INSERT; the rest are pending
+                reused = await repo.count_embedded(conn, doc_id, version)
+                meta["embedding_progress"]["total"] = prepared.chunk_count - reused
+                await repo.set_embedding_progress(conn, doc_id, meta["embedding_progress"])
+        except _SourceChanged as exc:
+            return await self._fail_new(
+                sql, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), None
             )
         report = report.model_copy(
-            update={"document_id": doc_id, "version": version, "revision": revision, "chunks": len(rows)}
+            update={"document_id": doc_id, "version": version, "revision": revision, "chunks": prepared.chunk_count}
         )
-        return await self._embed_pending(sql, report, reused=reused, texts=[r.text for r in rows])
+        if prepared.chunks is None:  # a large document: its texts are read back a page at a time
+            return await self._embed_pending(sql, report, reused=reused)
+        # from here on only the texts are needed: the chunk objects and their metadata are freed
+        texts = [c.text for c in prepared.chunks]
+        prepared.chunks.clear()
+        return await self._embed_pending(sql, report, reused=reused, texts=texts)
+
+    async def _row_slices(self, prepared: Prepared, source: Source, name: str) -> AsyncIterator[list[repo.ChunkRow]]:
+        """The chunk rows, a slice at a time: from the held chunks, or extracted again (in a
+        thread, so the event loop keeps serving) and checked against the first pass."""
+        engine = self.engine
+        embedder = engine.embedder
+        if prepared.chunks is not None:
+            chunks: Iterator[Chunk] = iter(prepared.chunks)
+        else:
+            budget = min(engine.config.ingest.chunk_tokens, embedder.max_input_tokens)
+            try:
+                _, _, chunks = await asyncio.to_thread(
+                    chunk_stream,
+                    source,
+                    name,
+                    prepared.mime,
+                    budget,
+                    embedder.count_tokens,
+                    engine.config.ingest.max_rows,
+                    engine._scrubber(),
+                )
+            except (ExtractionFailed, IngestTooLarge) as exc:
+                raise _SourceChanged(f"the file could not be read a second time: {exc}") from exc
+        digest = hashlib.sha256()
+        position = 0
+        while True:
+            if prepared.chunks is not None:
+                piece = list(islice(chunks, repo.INSERT_SLICE))
+            else:
+                try:
+                    piece = await asyncio.to_thread(lambda: list(islice(chunks, repo.INSERT_SLICE)))
+                except (ExtractionFailed, IngestTooLarge) as exc:
+                    raise _SourceChanged(f"the file could not be read a second time: {exc}") from exc
+            if not piece:
+                break
+            rows = []
+            for c in piece:
+                if position:
+                    digest.update(b"\n\n")
+                digest.update(c.text.encode("utf-8"))
+                rows.append(
+                    repo.ChunkRow(
+                        position=position,
+                        text=c.text,
+                        text_hash=hashlib.sha256(normalise(c.text).encode()).hexdigest(),
+                        section=c.section,
+                        page=c.page,
+                        kind=c.kind,
+                        meta=c.meta,
+                        embedding=None,
+                    )
+                )
+                position += 1
+            yield rows
+        if position != prepared.chunk_count or digest.hexdigest() != prepared.content_hash:
+            raise _SourceChanged("the file changed while it was being ingested; nothing was stored, ingest it again")
 
     async def _embed_pending(
         self, sql: AsyncEngine, report: DocumentReport, *, reused: int = 0, texts: list[str] | None = None
@@ -293,13 +418,7 @@ class Ingestor:
         doc_id = report.document_id
         assert doc_id is not None
         async with sql.connect() as conn:
-            if texts is None:
-                pending = await repo.pending_chunks(conn, doc_id)
-            else:
-                pending = [(cid, texts[pos]) for cid, pos in await repo.pending_positions(conn, doc_id)]
-        items = [batching.Item(cid, text, embedder.count_tokens(text)) for cid, text in pending]
-        del pending
-        progress = {"done": 0, "total": len(items), "tokens": 0}
+            progress = {"done": 0, "total": await repo.count_pending(conn, doc_id), "tokens": 0}
         await hooks.emit("on_progress", ProgressEvent("embed", "started", report.name, doc_id, dict(progress)))
 
         async def store(batch: list[batching.Item], vectors: list[list[float]]) -> None:
@@ -311,15 +430,36 @@ class Ingestor:
             await hooks.emit("on_progress", ProgressEvent("embed", "progress", report.name, doc_id, dict(progress)))
 
         max_items, max_tokens = batching.batch_limits(engine.config.embedding, embedder.provider)
+        stats = batching.RunStats(item_cap=max_items)
+        after = -1
         try:
-            stats = await batching.run(
-                embedder,
-                items,
-                max_items=max_items,
-                max_tokens=max_tokens,
-                concurrency=engine.config.embedding.max_concurrency,
-                on_batch=store,
-            )
+            while True:  # a page of pending rows at a time, so a large document's texts are never all held
+                async with sql.connect() as conn:
+                    page = await repo.pending_page(
+                        conn, doc_id, after=after, limit=engine.config.ingest.hold_chunks, with_text=texts is None
+                    )
+                if not page:
+                    break
+                after = page[-1][1]
+                items = []
+                for cid, position, stored in page:
+                    chunk_text = texts[position] if texts is not None else stored
+                    assert chunk_text is not None
+                    items.append(batching.Item(cid, chunk_text, embedder.count_tokens(chunk_text)))
+                del page
+                done = await batching.run(
+                    embedder,
+                    items,
+                    max_items=stats.item_cap,
+                    max_tokens=max_tokens,
+                    concurrency=engine.config.embedding.max_concurrency,
+                    on_batch=store,
+                )
+                stats.requests += done.requests
+                stats.embedded += done.embedded
+                stats.tokens += done.tokens
+                stats.halvings += done.halvings
+                stats.item_cap = done.item_cap
         except (ProviderError, InputTooLarge, ContextEngineError) as exc:
             reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
             return await self._fail_embedding(sql, report, reason, str(exc), progress)

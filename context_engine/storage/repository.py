@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ _DOC_COLUMNS = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class ChunkRow:
     position: int
     text: str
@@ -85,32 +85,47 @@ async def release_session_lock(conn: AsyncConnection, source_id: str, name: str)
     await conn.commit()
 
 
-async def pending_chunks(conn: AsyncConnection, document_id: str) -> list[tuple[int, str]]:
-    """Current chunks still missing a vector, in document order."""
+async def count_pending(conn: AsyncConnection, document_id: str) -> int:
+    """Current chunks of the document still missing a vector."""
+    return int(
+        await conn.scalar(
+            text(
+                "SELECT count(*) FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL "
+                "AND embedding IS NULL"
+            ),
+            {"d": document_id},
+        )
+    )
+
+
+async def pending_page(
+    conn: AsyncConnection, document_id: str, *, after: int, limit: int, with_text: bool
+) -> list[tuple[int, int, str | None]]:
+    """``(id, position, text)`` of up to ``limit`` current chunks still missing a vector, past
+    position ``after``, in document order (``text`` is None unless asked for: a first pass holds
+    the texts already, and reading them back would keep a second copy in memory)."""
+    column = "text" if with_text else "NULL"
     rows = await conn.execute(
         text(
-            "SELECT id, text FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL "
-            "AND embedding IS NULL ORDER BY position"
+            f"SELECT id, position, {column} FROM ce_chunks WHERE document_id = CAST(:d AS uuid) "
+            "AND valid_to IS NULL AND embedding IS NULL AND position > :after ORDER BY position LIMIT :n"
         ),
-        {"d": document_id},
+        {"d": document_id, "after": after, "n": limit},
     )
-    return [(int(r[0]), r[1]) for r in rows]
+    return [(int(r[0]), int(r[1]), r[2]) for r in rows]
 
 
-async def pending_positions(conn: AsyncConnection, document_id: str) -> list[tuple[int, int]]:
-    """``(id, position)`` of the current chunks still missing a vector, in document order.
-
-    The first embedding pass holds the texts already; reading only ids keeps a second copy of a
-    large document's text out of memory.
-    """
-    rows = await conn.execute(
-        text(
-            "SELECT id, position FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL "
-            "AND embedding IS NULL ORDER BY position"
-        ),
-        {"d": document_id},
+async def count_embedded(conn: AsyncConnection, document_id: str, version: int) -> int:
+    """Chunks of ``version`` that already hold a vector (copied from the previous version)."""
+    return int(
+        await conn.scalar(
+            text(
+                "SELECT count(*) FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND version = :v "
+                "AND embedding IS NOT NULL"
+            ),
+            {"d": document_id, "v": version},
+        )
     )
-    return [(int(r[0]), int(r[1])) for r in rows]
 
 
 async def store_vectors(
@@ -175,20 +190,9 @@ async def current_chunk_count(conn: AsyncConnection, document_id: str) -> int:
     )
 
 
-async def reusable_hashes(conn: AsyncConnection, document_id: str, embedding_key: str) -> set[str]:
-    """Text hashes of the current version whose stored vector was made by the same model."""
-    rows = await conn.execute(
-        text(
-            "SELECT DISTINCT text_hash FROM ce_chunks WHERE document_id = CAST(:d AS uuid) "
-            "AND valid_to IS NULL AND embedding IS NOT NULL AND embedding_key = :k"
-        ),
-        {"d": document_id, "k": embedding_key},
-    )
-    return set(rows.scalars())
-
-
 #: chunks per INSERT statement of write_document
-_INSERT_SLICE = 500
+#: chunk rows per INSERT statement (and per slice a large document is extracted in)
+INSERT_SLICE = 500
 _INSERT_CHUNK = text(
     "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, section, "
     "page, kind, tsv, embedding, embedding_key, meta, valid_from) VALUES ("
@@ -213,7 +217,8 @@ async def write_document(
     attributes: dict[str, Any],
     content_hash: str,
     meta: dict[str, Any],
-    chunks: Sequence[ChunkRow],
+    chunks: AsyncIterable[Sequence[ChunkRow]],
+    chunk_count: int,
     embedding_key: str,
     text_search_config: str,
     status: str = "completed",
@@ -223,6 +228,8 @@ async def write_document(
     Returns ``(document_id, version, revision)``. Unchanged chunks get the previous version's
     vector copied inside the database, never read into the process. ``body=None`` stores the
     chunks' texts joined by blank lines as the document's text, assembled by the database.
+    ``chunks`` arrives in slices (of ``INSERT_SLICE`` rows, as the caller makes them), so a document
+    of 40,000 chunks never holds every row, or every row's parameters, at once.
     """
     revision = await next_revision(conn)
     params: dict[str, Any] = {
@@ -235,7 +242,7 @@ async def write_document(
         "h": content_hash,
         "meta": json.dumps(meta),
         "r": revision,
-        "cc": len(chunks),
+        "cc": chunk_count,
         "st": status,
     }
     if existing_id is None:
@@ -278,8 +285,7 @@ async def write_document(
         ),
         {**params, "v": version},
     )
-    # in slices, so a 40,000-chunk spreadsheet never holds every row's parameters at once
-    for start in range(0, len(chunks), _INSERT_SLICE):
+    async for piece in chunks:
         await conn.execute(
             _INSERT_CHUNK,
             [
@@ -300,7 +306,7 @@ async def write_document(
                     "cmeta": json.dumps(c.meta),
                     "r": revision,
                 }
-                for c in chunks[start : start + _INSERT_SLICE]
+                for c in piece
             ],
         )
     if body is None:
