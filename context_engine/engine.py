@@ -274,11 +274,9 @@ class ContextEngine:
                 timings[name] = round((time.perf_counter() - t0) * 1000, 2)
 
         tasks: dict[str, Any] = {}
+        lexical_pass: dict[str, Any] = {}
         if weights.get("fts", 0) > 0:
-            tasks["fts"] = timed(
-                "fts",
-                self._fts_leg(sql, query, scope, limit),
-            )
+            tasks["fts"] = timed("fts", self._fts_leg(sql, query, scope, limit, lexical_pass))
         words = query_shape.length_units(query)
         if weights.get("trigram", 0) > 0 and (cfg.trgm_max_query_words is None or words <= cfg.trgm_max_query_words):
             threshold = cfg.trgm_limit or query_shape.trigram_threshold(query)
@@ -340,9 +338,13 @@ class ContextEngine:
         }
         if plan is not None:
             usage["vector_plan"] = plan.usage()
+        if lexical_pass:
+            usage["lexical_pass"] = lexical_pass
         return SearchResult(hits=hits, usage=usage)
 
-    def _fts_leg(self, sql: AsyncEngine, query: str, scope: Scope, limit: int) -> Any:
+    def _fts_leg(
+        self, sql: AsyncEngine, query: str, scope: Scope, limit: int, report: dict[str, Any] | None = None
+    ) -> Any:
         """The full-text leg with this engine's lexical settings (shared by search and knowledge)."""
         cfg = self.config.search
         return legs.fts_leg(
@@ -357,6 +359,7 @@ class ContextEngine:
             stopwords=cfg.lexical_stopwords,
             bm25_k1=cfg.bm25.k1,
             bm25_b=cfg.bm25.b,
+            report=report,
         )
 
     # ------------------------------------------------------------------ documents

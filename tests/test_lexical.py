@@ -140,6 +140,8 @@ async def test_bm25_ranks_rare_terms_above_common_ones(database_url: str) -> Non
         result = await engine.search("weather tornado", principals=TRUSTED)
         assert result.hits[0].document_name == "rare"
         assert result.usage["legs"] == ["fts"]
+        # seven candidates, fewer than the bound depth: all scored in the short pass
+        assert result.usage["lexical_pass"] == {"candidates": 7, "scored": 7, "pass": "bounded"}
         negated = await engine.search("weather -tornado", principals=TRUSTED)
         assert "rare" not in {h.document_name for h in negated.hits} and len(negated.hits) == 6
 

@@ -50,8 +50,11 @@ async def fts_leg(
     stopwords: str | Sequence[str] | None = "english",
     bm25_k1: float = 1.2,
     bm25_b: float = 0.75,
+    report: dict[str, Any] | None = None,
 ) -> list[tuple[int, float]]:
     """Full-text candidates: ``match`` picks the chunks, ``rank`` orders them.
+
+    ``report`` (BM25 only) receives how the ranking was done: see :func:`bm25.rank`.
 
     ``rank`` is ``bm25`` (Okapi BM25 in SQL over statistics the caller may see, see
     :mod:`context_engine.retrieval.bm25`), ``ts_rank_cd`` (proximity) or ``ts_rank`` (frequency);
@@ -73,6 +76,7 @@ async def fts_leg(
                 k1=bm25_k1,
                 b=bm25_b,
                 limit=limit,
+                report=report,
             )
     rank_fn = "ts_rank_cd" if rank == "ts_rank_cd" else "ts_rank"
     # MATERIALIZED: build the tsquery once; inlined, unaccent (only stable) re-runs per row
