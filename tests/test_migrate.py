@@ -43,8 +43,11 @@ async def test_migrate_is_idempotent_and_locks_dim(database_url: str) -> None:
             "SELECT am.amname FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
             "WHERE c.relname = 'ix_ce_chunks_embedding'"
         ).fetchone()
+        options = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'ix_ce_chunks_embedding'").fetchone()
     assert {"vector", "pg_trgm", "unaccent"} <= extensions
     assert method == ("hnsw",)
+    # migration 0006's denser graph (benchmarks/README.md, "ACL recall")
+    assert options is not None and set(options[0]) == {"m=24", "ef_construction=200"}
 
 
 async def test_rerun_repairs_a_half_applied_schema(database_url: str) -> None:

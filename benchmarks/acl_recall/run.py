@@ -132,7 +132,8 @@ def load(url: str, corpus: Corpus, log: Callable[[str], None]) -> dict[str, floa
             conn.execute(definition)
             if "hnsw" in definition:
                 timings["hnsw_build_s"] = time.perf_counter() - t0
-                log(f"built {name} (HNSW m=16, ef_construction=64) in {timings['hnsw_build_s']:.1f} s")
+                params = definition.split("WITH")[-1].split("WHERE")[0].strip()
+                log(f"built {name} (HNSW {params}) in {timings['hnsw_build_s']:.1f} s")
         conn.execute("VACUUM ANALYZE ce_chunks")
     return timings
 
