@@ -293,6 +293,7 @@ class ContextEngine:
                         scope,
                         threshold=self.config.storage.ann_exact_threshold,
                         unfiltered_min_rows=self.config.storage.ann_unfiltered_min_rows,
+                        spread_min_share=self.config.storage.ann_spread_min_share,
                     ),
                 )
                 found = await legs.vector_leg(sql, vec[0], scope, limit=limit, plan=plan)

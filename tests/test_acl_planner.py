@@ -9,6 +9,7 @@ search over that caller's rows returns.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
@@ -30,6 +31,17 @@ QUERY = "quarterly revenue forecast for the northern region"
 CROWD, FAR = "group:crowd", "group:far"
 VECTOR_ONLY = {"weights": {"fts": 0, "trigram": 0, "vector": 1}}
 MIGRATION = next(migrations_dir().glob("0004_*.sql"))
+SUMS_MIGRATION = next(migrations_dir().glob("0007_*.sql"))
+_KEPT_SUMS = "SELECT source_id, kind, principal, embedding_sum::text FROM ce_vector_counts WHERE chunks <> 0"
+_RECOUNTED_SUMS = (
+    "SELECT c.source_id, k.kind, k.principal, sum(c.embedding)::text FROM ce_chunks c "
+    "CROSS JOIN LATERAL ce_vector_count_keys(c.acl) k WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
+    "GROUP BY 1, 2, 3"
+)
+
+
+def _sums(rows: Sequence[Sequence[object]]) -> dict[tuple[str, str, str], np.ndarray]:
+    return {(str(r[0]), str(r[1]), str(r[2])): np.array(json.loads(str(r[3]))) for r in rows}
 
 
 def insert_clustered(url: str, centre: Sequence[float], *, crowd: int = 1200, far: int = 24, seed: int = 0) -> None:
@@ -192,6 +204,13 @@ async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextE
                     assert estimate == true, (principals, sources)
                 else:  # a row carrying both principals is counted under each: an upper bound
                     assert true <= estimate <= await direct_count(sql, Scope(None, sources))
+        # migration 0007's vector sums follow the same writes (to float rounding)
+        async with sql.connect() as conn:
+            kept = _sums((await conn.execute(text(_KEPT_SUMS))).all())
+            recounted = _sums((await conn.execute(text(_RECOUNTED_SUMS))).all())
+        assert kept.keys() == recounted.keys()
+        for key, value in recounted.items():
+            assert np.allclose(kept[key], value, atol=1e-4), key
 
     await check()
     await engine.update_document(a.document_id, acl=["group:b"], principals=TRUSTED)
@@ -201,15 +220,21 @@ async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextE
     await engine.delete_document(b.document_id, principals=TRUSTED)
     await check()
 
-    # re-running migration 0004 recounts from the rows, and agrees with what the triggers kept
-    revision = MIGRATION.read_text(encoding="utf-8")
+    # re-running migrations 0004 and 0007 recounts from the rows, and agrees with what the triggers kept
+    counts = "SELECT source_id, kind, principal, chunks FROM ce_vector_counts WHERE chunks <> 0 ORDER BY 1, 2, 3"
     async with sql.begin() as conn:
-        before = (await conn.execute(text("SELECT * FROM ce_vector_counts WHERE chunks <> 0 ORDER BY 1, 2, 3"))).all()
-        await conn.execute(text("UPDATE ce_vector_counts SET chunks = 0"))
-        for statement in _split(revision):
-            await conn.exec_driver_sql(statement)
-        after = (await conn.execute(text("SELECT * FROM ce_vector_counts WHERE chunks <> 0 ORDER BY 1, 2, 3"))).all()
+        before = (await conn.execute(text(counts))).all()
+        before_sums = _sums((await conn.execute(text(_KEPT_SUMS))).all())
+        await conn.execute(text("UPDATE ce_vector_counts SET chunks = 0, embedding_sum = NULL"))
+        for path in (MIGRATION, SUMS_MIGRATION):
+            revision = path.read_text(encoding="utf-8").replace("{dim}", "384")
+            for statement in _split(revision):
+                await conn.exec_driver_sql(statement)
+        after = (await conn.execute(text(counts))).all()
+        after_sums = _sums((await conn.execute(text(_KEPT_SUMS))).all())
     assert after == before
+    assert after_sums.keys() == before_sums.keys()
+    assert all(np.allclose(after_sums[k], before_sums[k], atol=1e-4) for k in after_sums)
     await check()
 
 
@@ -255,3 +280,50 @@ def test_the_iterative_budget_grows_as_the_slice_shrinks() -> None:
     tiny = VectorPlan(planner.ANN, 10, total=10_000_000)
     planner.ann_settings(tiny, 400)
     assert tiny.ef_search == 800 and tiny.max_scan_tuples == planner.MAX_SCAN_TUPLES_CAP
+
+
+async def test_a_spread_slice_uses_the_index_and_a_regional_one_scans_exactly(
+    database_url: str, sql: AsyncEngine
+) -> None:
+    """Two regions of 200 rows each; one caller sees every 4th row of both (spread like the corpus),
+    another sees 100 rows of one region. Same size, same share: only the centroid tells them apart."""
+    async with ContextEngine(make_config(database_url, fusion=VECTOR_ONLY)) as eng:
+        await eng.stats(principals=TRUSTED)  # migrates
+        rng = np.random.default_rng(3)
+        a, b = np.eye(384)[0], np.eye(384)[1]
+        rows = []
+        for i in range(400):
+            noise = rng.standard_normal(384)
+            v = (a if i < 200 else b) + 0.8 * noise / np.linalg.norm(noise)
+            acl = ["group:spread"] if i % 4 == 0 else ["group:region"] if i < 200 and i % 2 == 1 else ["group:none"]
+            rows.append((acl, v / np.linalg.norm(v)))
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            doc = str(uuid.uuid4())
+            conn.execute(
+                "INSERT INTO ce_documents (id, source_id, name, mime, acl, status, chunk_count, version, "
+                "created_revision, updated_revision) VALUES (%s, 'test', 'r.txt', 'text/plain', %s, 'completed', "
+                "400, 1, 1, 1)",
+                (doc, []),
+            )
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, tsv, "
+                    "embedding, valid_from) VALUES (%s, 1, %s, 'test', %s, 'x', %s, ''::tsvector, %s::vector, 1)",
+                    [(doc, i, acl, f"h{i}", vector_literal(v.tolist())) for i, (acl, v) in enumerate(rows)],
+                )
+        band = {"threshold": 10_000, "spread_min_share": 0.05, "spread_min_rows": 50}
+        spread = await plan_vector(sql, Scope(("group:spread",)), **band)
+        region = await plan_vector(sql, Scope(("group:region",)), **band)
+        assert spread.eligible == region.eligible == 100
+        assert spread.concentration is not None and spread.concentration <= planner.SPREAD_MAX_CONCENTRATION
+        assert region.concentration is not None and region.concentration > 1.3
+        assert (spread.plan, region.plan) == ("ann", "exact")
+        assert spread.usage()["concentration"] == round(spread.concentration, 3)
+        # the index answers the spread caller with the exact oracle's rows
+        query = (a + b) / np.linalg.norm(a + b)
+        found = await vector_leg(sql, query.tolist(), Scope(("group:spread",)), limit=10, plan=spread)
+        assert [cid for cid, _ in found] == await oracle(sql, query.tolist(), Scope(("group:spread",)), 10)
+        # below the share, or with the band turned off, the threshold alone decides
+        assert (await plan_vector(sql, Scope(("group:spread",)), **{**band, "spread_min_share": 0.5})).plan == "exact"
+        assert (await plan_vector(sql, Scope(("group:spread",)), **{**band, "spread_min_share": None})).plan == "exact"
+        assert (await plan_vector(sql, Scope(None), **band)).concentration is None

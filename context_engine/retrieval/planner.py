@@ -46,6 +46,14 @@ SCAN_HEADROOM = 4
 MAX_SCAN_TUPLES_CAP = 1_000_000
 #: the default of ``storage.ann_unfiltered_min_rows``
 UNFILTERED_ANN_MIN_ROWS = 1_000
+#: the default of ``storage.ann_spread_min_share``
+SPREAD_MIN_SHARE = 0.05
+#: a slice counts as spread when its centroid is at most this much longer than the scope's: a slice
+#: drawn at random has the corpus's centroid; one confined to a region has a longer one (1.4-1.6 for
+#: the benchmark's clustered 10% slices, 1.00 for its random ones)
+SPREAD_MAX_CONCENTRATION = 1.1
+#: below this many eligible rows an exact scan costs a few milliseconds: no slice is sent to the index
+SPREAD_MIN_ROWS = 1_000
 
 
 @dataclass
@@ -71,6 +79,8 @@ class VectorPlan:
     settings: dict[str, str] | None = None
     allow_fallback: bool = True
     unfiltered: bool = False
+    #: centroid length of the caller's slice over the scope's (measured only below the threshold)
+    concentration: float | None = None
 
     def usage(self) -> dict[str, Any]:
         return {
@@ -79,6 +89,7 @@ class VectorPlan:
             "estimate": self.method,
             "threshold": self.threshold,
             "unfiltered": self.unfiltered,
+            "concentration": None if self.concentration is None else round(self.concentration, 3),
             "fallback": self.fallback,
             "ef_search": self.ef_search,
             "max_scan_tuples": self.max_scan_tuples,
@@ -120,6 +131,34 @@ async def count_estimate(conn: AsyncConnection, scope: Scope) -> tuple[int, int,
     return min(visible_rows, scoped), total, unfiltered
 
 
+async def concentration(conn: AsyncConnection, scope: Scope) -> float | None:
+    """How much longer the centroid of the caller's visible vectors is than the centroid of every
+    vector in scope, from the sums migration 0007 keeps in ``ce_vector_counts``; ``None`` when
+    there is nothing to compare (or the sums are not there).
+
+    Only rows the caller may see enter their side: the figure describes the caller's own slice
+    and says nothing about any document they cannot read.
+    """
+    if scope.principals is None:
+        return None
+    params: dict[str, Any] = {"pp": [p for p in scope.principals if p]}
+    in_scope = "TRUE"
+    if scope.source_ids is not None:
+        params["ps"] = list(scope.source_ids)
+        in_scope = "v.source_id = ANY(CAST(:ps AS text[]))"
+    visible = "(v.kind = 'public' OR (v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[]))))"
+    sql = (
+        "SELECT sum(v.chunks) FILTER (WHERE v.kind = 'all'), vector_norm(sum(v.embedding_sum) FILTER "
+        f"(WHERE v.kind = 'all')), sum(v.chunks) FILTER (WHERE {visible}), vector_norm(sum(v.embedding_sum) "
+        f"FILTER (WHERE {visible})) FROM ce_vector_counts v WHERE {in_scope} AND (v.kind IN ('all', 'public') "
+        "OR (v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[]))))"
+    )
+    row = (await conn.execute(text(sql), params)).one()
+    if any(x is None for x in row) or not row[0] or not row[2] or not row[1]:
+        return None
+    return (float(row[3]) / float(row[2])) / (float(row[1]) / float(row[0]))
+
+
 async def capped_count(conn: AsyncConnection, scope: Scope, cap: int) -> int:
     """Eligible rows counted under the shared predicate, stopping at ``cap``: exact, costs O(rows)."""
     params: dict[str, Any] = {"cap": cap}
@@ -131,7 +170,13 @@ async def capped_count(conn: AsyncConnection, scope: Scope, cap: int) -> int:
 
 
 async def plan_vector(
-    db: AsyncEngine, scope: Scope, *, threshold: int, unfiltered_min_rows: int | None = UNFILTERED_ANN_MIN_ROWS
+    db: AsyncEngine,
+    scope: Scope,
+    *,
+    threshold: int,
+    unfiltered_min_rows: int | None = UNFILTERED_ANN_MIN_ROWS,
+    spread_min_share: float | None = SPREAD_MIN_SHARE,
+    spread_min_rows: int = SPREAD_MIN_ROWS,
 ) -> VectorPlan:
     """Exact below ``threshold`` estimated eligible rows, the HNSW index above it.
 
@@ -140,6 +185,13 @@ async def plan_vector(
     with nothing filtered, the post-filter failure the exact scan guards against cannot happen, and
     the index answers with its ordinary recall at a fraction of the scan's cost (on SciFact's 9,198
     chunks nDCG@10 0.735 against 0.734 exact, search p50 50.5 against 71.2 ms; benchmarks/README.md).
+
+    Below the threshold, a slice of at least ``spread_min_share`` of the index
+    (``storage.ann_spread_min_share``) and ``spread_min_rows`` rows whose centroid is no more than
+    ``SPREAD_MAX_CONCENTRATION`` times the scope's uses the index too: its rows are spread through
+    the graph like the corpus's, so the iterative scan meets them near the query. A slice confined to one region (the
+    permissions of a team that owns one topic) keeps the exact scan, where the index would answer
+    with the wrong rows (benchmarks/README.md, "ACL recall").
     """
     unfiltered = False
     async with db.connect() as conn:
@@ -154,8 +206,25 @@ async def plan_vector(
             unfiltered = False
             if eligible > threshold:
                 eligible, method = min(eligible, await capped_count(conn, scope, threshold + 1)), "capped_count"
-    index = eligible > threshold or (unfiltered and unfiltered_min_rows is not None and eligible >= unfiltered_min_rows)
-    return VectorPlan(ANN if index else EXACT, eligible, total, method, threshold, unfiltered=unfiltered)
+        index = eligible > threshold or (
+            unfiltered and unfiltered_min_rows is not None and eligible >= unfiltered_min_rows
+        )
+        spread: float | None = None
+        if (
+            not index
+            and spread_min_share is not None
+            and scope.document_ids is None
+            and total
+            and eligible >= max(spread_min_share * total, spread_min_rows)
+        ):
+            try:
+                spread = await concentration(conn, scope)
+            except ProgrammingError:  # a schema from before migration 0007
+                await conn.rollback()
+            index = spread is not None and spread <= SPREAD_MAX_CONCENTRATION
+    plan = VectorPlan(ANN if index else EXACT, eligible, total, method, threshold, unfiltered=unfiltered)
+    plan.concentration = spread
+    return plan
 
 
 def ann_settings(plan: VectorPlan, limit: int) -> dict[str, str]:
