@@ -285,24 +285,24 @@ def test_the_iterative_budget_grows_as_the_slice_shrinks() -> None:
 async def test_a_spread_slice_uses_the_index_and_a_regional_one_scans_exactly(
     database_url: str, sql: AsyncEngine
 ) -> None:
-    """Two regions of 200 rows each; one caller sees every 4th row of both (spread like the corpus),
+    """Two regions of 300 rows each; one caller sees every 6th row of both (spread like the corpus),
     another sees 100 rows of one region. Same size, same share: only the centroid tells them apart."""
     async with ContextEngine(make_config(database_url, fusion=VECTOR_ONLY)) as eng:
         await eng.stats(principals=TRUSTED)  # migrates
         rng = np.random.default_rng(3)
         a, b = np.eye(384)[0], np.eye(384)[1]
         rows = []
-        for i in range(400):
+        for i in range(600):
             noise = rng.standard_normal(384)
-            v = (a if i < 200 else b) + 0.8 * noise / np.linalg.norm(noise)
-            acl = ["group:spread"] if i % 4 == 0 else ["group:region"] if i < 200 and i % 2 == 1 else ["group:none"]
+            v = (a if i < 300 else b) + 0.8 * noise / np.linalg.norm(noise)
+            acl = ["group:spread"] if i % 6 == 0 else ["group:region"] if i < 300 and i % 3 == 1 else ["group:none"]
             rows.append((acl, v / np.linalg.norm(v)))
         with psycopg.connect(database_url, autocommit=True) as conn:
             doc = str(uuid.uuid4())
             conn.execute(
                 "INSERT INTO ce_documents (id, source_id, name, mime, acl, status, chunk_count, version, "
                 "created_revision, updated_revision) VALUES (%s, 'test', 'r.txt', 'text/plain', %s, 'completed', "
-                "400, 1, 1, 1)",
+                "600, 1, 1, 1)",
                 (doc, []),
             )
             with conn.cursor() as cur:
@@ -323,7 +323,10 @@ async def test_a_spread_slice_uses_the_index_and_a_regional_one_scans_exactly(
         query = (a + b) / np.linalg.norm(a + b)
         found = await vector_leg(sql, query.tolist(), Scope(("group:spread",)), limit=10, plan=spread)
         assert [cid for cid, _ in found] == await oracle(sql, query.tolist(), Scope(("group:spread",)), 10)
-        # below the share, or with the band turned off, the threshold alone decides
+        # below the share, or with the band turned off, the threshold alone decides; so it does above
+        # the band's top (a quarter of the rows: the centroid no longer tells the shapes apart there)
         assert (await plan_vector(sql, Scope(("group:spread",)), **{**band, "spread_min_share": 0.5})).plan == "exact"
+        wide = await plan_vector(sql, Scope(("group:spread", "group:region")), **band)
+        assert wide.eligible == 200 and wide.eligible > planner.SPREAD_MAX_SHARE * 600 and wide.plan == "exact"
         assert (await plan_vector(sql, Scope(("group:spread",)), **{**band, "spread_min_share": None})).plan == "exact"
         assert (await plan_vector(sql, Scope(None), **band)).concentration is None

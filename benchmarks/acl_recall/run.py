@@ -285,7 +285,7 @@ async def estimate_methods(db: AsyncEngine, corpus: Corpus, pre: str, n: int) ->
                 )
             )
             t0 = time.perf_counter()
-            eligible, _ = await planner.count_estimate(conn, scope)
+            eligible, _, _ = await planner.count_estimate(conn, scope)
             add("counts (ce_vector_counts)", (time.perf_counter() - t0) * 1000, eligible, truth)
             t0 = time.perf_counter()
             capped = await planner.capped_count(conn, scope, THRESHOLD + 1)
@@ -329,7 +329,7 @@ async def staleness(db: AsyncEngine, url: str, corpus: Corpus, rows: int) -> dic
     params: dict[str, Any] = {}
     predicate = scope.predicate("c", params)
     async with db.connect() as conn:
-        counted, _ = await planner.count_estimate(conn, scope)
+        counted, _, _ = await planner.count_estimate(conn, scope)
         plan = await conn.scalar(
             text(
                 f"EXPLAIN (FORMAT JSON) SELECT 1 FROM ce_chunks c WHERE c.valid_to IS NULL "
@@ -501,6 +501,7 @@ async def run(args: argparse.Namespace) -> int:
                         "exact": fixed(planner.EXACT),
                         "iterative relaxed": STRATEGIES["iterative relaxed"],
                         "planner ann branch": forced_ann,
+                        "planner": plan_by_planner,
                     }
                     for strategy, outcome in (await measure(db, corpus, pre, m, k, truth, swept)).items():
                         got[strategy] = outcome.summary(k)
@@ -525,6 +526,8 @@ async def run(args: argparse.Namespace) -> int:
                             ann["short"],
                             ann["fallbacks"],
                             ann["p50_ms"],
+                            f"{got['planner']['recall']:.3f} ({got['planner']['exact_share']:.0%} exact)",
+                            got["planner"]["p50_ms"],
                         ]
                     )
                     log(f"sweep {layout} {pct}%: " + json.dumps(got))
@@ -653,6 +656,8 @@ async def run(args: argparse.Namespace) -> int:
                 "ann short",
                 "ann fallbacks",
                 "ann p50",
+                "planner recall",
+                "planner p50",
             ],
             sweep,
         )

@@ -54,6 +54,10 @@ SPREAD_MIN_SHARE = 0.05
 SPREAD_MAX_CONCENTRATION = 1.1
 #: below this many eligible rows an exact scan costs a few milliseconds: no slice is sent to the index
 SPREAD_MIN_ROWS = 1_000
+#: above this share the centroid stops telling a random slice from one made of many topics (a slice
+#: of half the topics of a 20,000-row corpus has the corpus's centroid, and the index answered it with
+#: recall 0.84), so larger slices are left to the threshold
+SPREAD_MAX_SHARE = 0.2
 
 
 @dataclass
@@ -215,7 +219,7 @@ async def plan_vector(
             and spread_min_share is not None
             and scope.document_ids is None
             and total
-            and eligible >= max(spread_min_share * total, spread_min_rows)
+            and max(spread_min_share * total, spread_min_rows) <= eligible <= SPREAD_MAX_SHARE * total
         ):
             try:
                 spread = await concentration(conn, scope)
