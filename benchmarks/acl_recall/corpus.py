@@ -3,8 +3,8 @@
 Why synthetic: the issue asks for 100,000 chunks; embedding that many real passages with the local
 model takes hours on a 2-core machine, while vectors drawn around 200 cluster centres grouped into
 20 topics reproduce the property that matters here, that a group's slice can be a *region* of the
-embedding space. The noise level is chosen so that unfiltered HNSW (m=16, ef_construction=64,
-ef_search=40) misses a few percent of the true top 10, as it does on real embeddings.
+embedding space. The noise level is chosen so that unfiltered HNSW as first built (m=16, ef_construction=64,
+ef_search=40) missed a few percent of the true top 10, as it does on real embeddings.
 
 Every row carries one ACL entry per layout and visibility, so one table and one HNSW build serve
 every setting at exactly equal visibility. For a visibility of ``p`` percent there are ``100/p``

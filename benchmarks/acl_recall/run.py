@@ -1,18 +1,19 @@
 """ACL recall of the vector leg: post-filter, iterative scan and the planner against an exact oracle.
 
-Run from the repository root: ``python benchmarks/acl_recall/run.py`` (8.4 minutes on the 2-core
+Run from the repository root: ``python benchmarks/acl_recall/run.py`` (6 minutes on the 2-core
 machine; ``--rows 20000 --queries 50`` for a quick look). It starts its own embedded PostgreSQL in
 a temporary directory, loads a synthetic corpus (``corpus.py``) straight into ``ce_chunks`` with
-binary COPY, builds the same HNSW index migration 0001 declares, and for every setting runs the
-same queries through the engine's own vector leg (``context_engine.retrieval.legs.vector_leg``)
-with each plan:
+binary COPY, builds the same HNSW index the migrations declare (0006: m 24, ef_construction
+200), and for every setting runs the same queries through the engine's own vector leg
+(``context_engine.retrieval.legs.vector_leg``) with each plan:
 
 * ``post-filter``: the index forced, ``ef_search`` 40, no iterative scan (what a bare scoped
   ``ORDER BY embedding <=> q LIMIT k`` gets when Postgres picks the index);
 * ``iterative relaxed`` / ``iterative strict``: the same with pgvector 0.8's iterative scan at its
   defaults;
 * ``exact``: the eligible rows scanned and sorted (no index can serve the ordering);
-* ``planner``: what ``search`` does: the estimate from ``ce_vector_counts``, then the plan it picks.
+* ``planner``: what ``search`` does: the estimate from ``ce_vector_counts`` (and, below the
+  threshold, the spread of the caller's slice), then the plan it picks.
 
 Recall@k is scored against an exact oracle over the caller's eligible rows computed in Postgres;
 ``empty`` and ``short`` are the shares of answers with no rows and with fewer than k. Latency is the
