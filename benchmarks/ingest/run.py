@@ -46,7 +46,7 @@ import numpy as np
 from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.embeddings.local import LocalEmbedder
-from context_engine.ingest.pipeline import prepare
+from context_engine.ingest.pipeline import chunk_stream, prepare
 from context_engine.storage import embedded
 
 # the PDF writer the tests use (one text page per entry), so the benchmark's PDF is one they cover
@@ -284,7 +284,7 @@ def child_prepare(path: Path) -> dict[str, Any]:
     reset_peak()
     budget = min(ContextEngineConfig().ingest.chunk_tokens, local.max_input_tokens)
     started = time.perf_counter()
-    prepared = prepare(path, path.name, None, budget, local.count_tokens, None)
+    prepared = prepare(chunk_stream(path, path.name, None, budget, local.count_tokens, None), local.count_tokens)
     return {
         "after_start_kb": after_start,
         "after_warm_kb": after_warm,
@@ -372,7 +372,8 @@ def prepare_rate(label: str, sources: list[tuple[bytes | Path, str, str | None]]
     chunks = 0
     started = time.perf_counter()
     for source, name, mime in sources:
-        chunks += prepare(source, name, mime, budget, local.count_tokens, None).chunk_count
+        streamed = chunk_stream(source, name, mime, budget, local.count_tokens, None)
+        chunks += prepare(streamed, local.count_tokens).chunk_count
     return Rate(label, len(sources), chunks, time.perf_counter() - started)
 
 

@@ -85,9 +85,13 @@ async def run(
     max_tokens: int | None,
     concurrency: int,
     on_batch: Callable[[list[Item], list[list[float]]], Awaitable[None]],
+    stats: RunStats | None = None,
 ) -> RunStats:
-    """Embed ``items``; ``on_batch`` stores each finished batch before the next result is awaited."""
-    stats = RunStats()
+    """Embed ``items``; ``on_batch`` stores each finished batch before the next result is awaited.
+
+    ``stats`` accumulates across calls when given (a document embedded a page at a time).
+    """
+    stats = stats if stats is not None else RunStats()
     queue: asyncio.Queue[list[Item]] = asyncio.Queue()
     for batch in plan(items, max_items, max_tokens):
         queue.put_nowait(batch)

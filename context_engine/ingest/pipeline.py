@@ -15,7 +15,6 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
-from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -137,22 +136,17 @@ def chunk_stream(
 
 
 def prepare(
-    source: Source,
-    name: str,
-    mime: str | None,
-    budget: int,
+    streamed: tuple[str, dict[str, Any], Iterator[Chunk]],
     count_tokens: Callable[[str], int],
-    max_rows: int | None,
-    scrub: IngestScrubber | None = None,
     *,
     input_cap: int | None = None,
     hold: int = HOLD_CHUNKS,
 ) -> Prepared:
-    """The first pass (CPU work, run in a thread): chunk count, content hash, the first chunk over
-    ``input_cap`` tokens, and the chunks themselves when there are at most ``hold`` of them.
-    Raises ExtractionFailed / IngestTooLarge.
+    """The first pass over :func:`chunk_stream`'s output (CPU work, run in a thread): chunk count,
+    content hash, the first chunk over ``input_cap`` tokens, and the chunks themselves when there
+    are at most ``hold`` of them. Raises ExtractionFailed / IngestTooLarge.
     """
-    found_mime, meta, chunks = chunk_stream(source, name, mime, budget, count_tokens, max_rows, scrub)
+    found_mime, meta, chunks = streamed
     held: list[Chunk] | None = []
     # the SHA-256 of the chunks joined by blank lines (the stored text), fed piece by piece
     digest = hashlib.sha256()
@@ -194,6 +188,48 @@ class _SourceChanged(Exception):
     """The second extraction pass did not give the chunks the first one counted and hashed."""
 
 
+async def _row_slices(
+    prepared: Prepared, stream: Callable[[], tuple[str, dict[str, Any], Iterator[Chunk]]]
+) -> AsyncIterator[list[repo.ChunkRow]]:
+    """The chunk rows, a slice at a time: from the held chunks, or extracted again by ``stream``
+    (in a thread, so the event loop keeps serving) and checked against the first pass."""
+    held = prepared.chunks is not None
+    try:
+        chunks = iter(prepared.chunks) if prepared.chunks is not None else (await asyncio.to_thread(stream))[2]
+        digest = hashlib.sha256()
+        position = 0
+        while True:
+            if held:
+                piece = list(islice(chunks, repo.INSERT_SLICE))
+            else:
+                piece = await asyncio.to_thread(lambda: list(islice(chunks, repo.INSERT_SLICE)))
+            if not piece:
+                break
+            rows = []
+            for c in piece:
+                if position:
+                    digest.update(b"\n\n")
+                digest.update(c.text.encode("utf-8"))
+                rows.append(
+                    repo.ChunkRow(
+                        position=position,
+                        text=c.text,
+                        text_hash=hashlib.sha256(normalise(c.text).encode()).hexdigest(),
+                        section=c.section,
+                        page=c.page,
+                        kind=c.kind,
+                        meta=c.meta,
+                        embedding=None,
+                    )
+                )
+                position += 1
+            yield rows
+    except (ExtractionFailed, IngestTooLarge) as exc:
+        raise _SourceChanged(f"the file could not be read a second time: {exc}") from exc
+    if position != prepared.chunk_count or digest.hexdigest() != prepared.content_hash:
+        raise _SourceChanged("the file changed while it was being ingested; nothing was stored, ingest it again")
+
+
 class Ingestor:
     """Ingest and resume for one engine (shares its pool, embedder, config and hooks)."""
 
@@ -220,17 +256,19 @@ class Ingestor:
 
         await hooks.emit("on_progress", ProgressEvent("extract", "started", name))
         start = start_of(source)
+        scrubber = engine._scrubber()
+
+        def stream() -> tuple[str, dict[str, Any], Iterator[Chunk]]:
+            """Extract and chunk from the start of the input: the first pass, and for a large
+            document the second one that writes it, read it with the same settings."""
+            max_rows = engine.config.ingest.max_rows
+            return chunk_stream(reopen(source, start), name, mime, budget, embedder.count_tokens, max_rows, scrubber)
+
         try:
             prepared = await asyncio.to_thread(
-                partial(
-                    prepare,
-                    source,
-                    name,
-                    mime,
-                    budget,
+                lambda: prepare(
+                    stream(),
                     embedder.count_tokens,
-                    engine.config.ingest.max_rows,
-                    engine._scrubber(),
                     input_cap=embedder.max_input_tokens,
                     hold=engine.config.ingest.hold_chunks,
                 )
@@ -279,9 +317,7 @@ class Ingestor:
             if not await repo.try_session_lock(lock_conn, source_id, name):
                 return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
             try:
-                return await self._write_and_embed(
-                    sql, report, prepared, reopen(source, start), source_id, name, acl, attributes
-                )
+                return await self._write_and_embed(sql, report, prepared, stream, source_id, name, acl, attributes)
             finally:
                 await repo.release_session_lock(lock_conn, source_id, name)
         finally:
@@ -292,7 +328,7 @@ class Ingestor:
         sql: AsyncEngine,
         report: DocumentReport,
         prepared: Prepared,
-        source: Source,
+        stream: Callable[[], tuple[str, dict[str, Any], Iterator[Chunk]]],
         source_id: str,
         name: str,
         acl: list[str],
@@ -320,12 +356,11 @@ class Ingestor:
                     source_id=source_id,
                     name=name,
                     mime=prepared.mime,
-                    body=None,
                     acl=acl,
                     attributes=attributes,
                     content_hash=prepared.content_hash,
                     meta=meta,
-                    chunks=self._row_slices(prepared, source, name),
+                    chunks=_row_slices(prepared, stream),
                     chunk_count=prepared.chunk_count,
                     embedding_key=key,
                     text_search_config=engine._text_search_config,
@@ -348,62 +383,6 @@ class Ingestor:
         texts = [c.text for c in prepared.chunks]
         prepared.chunks.clear()
         return await self._embed_pending(sql, report, reused=reused, texts=texts)
-
-    async def _row_slices(self, prepared: Prepared, source: Source, name: str) -> AsyncIterator[list[repo.ChunkRow]]:
-        """The chunk rows, a slice at a time: from the held chunks, or extracted again (in a
-        thread, so the event loop keeps serving) and checked against the first pass."""
-        engine = self.engine
-        embedder = engine.embedder
-        if prepared.chunks is not None:
-            chunks: Iterator[Chunk] = iter(prepared.chunks)
-        else:
-            budget = min(engine.config.ingest.chunk_tokens, embedder.max_input_tokens)
-            try:
-                _, _, chunks = await asyncio.to_thread(
-                    chunk_stream,
-                    source,
-                    name,
-                    prepared.mime,
-                    budget,
-                    embedder.count_tokens,
-                    engine.config.ingest.max_rows,
-                    engine._scrubber(),
-                )
-            except (ExtractionFailed, IngestTooLarge) as exc:
-                raise _SourceChanged(f"the file could not be read a second time: {exc}") from exc
-        digest = hashlib.sha256()
-        position = 0
-        while True:
-            if prepared.chunks is not None:
-                piece = list(islice(chunks, repo.INSERT_SLICE))
-            else:
-                try:
-                    piece = await asyncio.to_thread(lambda: list(islice(chunks, repo.INSERT_SLICE)))
-                except (ExtractionFailed, IngestTooLarge) as exc:
-                    raise _SourceChanged(f"the file could not be read a second time: {exc}") from exc
-            if not piece:
-                break
-            rows = []
-            for c in piece:
-                if position:
-                    digest.update(b"\n\n")
-                digest.update(c.text.encode("utf-8"))
-                rows.append(
-                    repo.ChunkRow(
-                        position=position,
-                        text=c.text,
-                        text_hash=hashlib.sha256(normalise(c.text).encode()).hexdigest(),
-                        section=c.section,
-                        page=c.page,
-                        kind=c.kind,
-                        meta=c.meta,
-                        embedding=None,
-                    )
-                )
-                position += 1
-            yield rows
-        if position != prepared.chunk_count or digest.hexdigest() != prepared.content_hash:
-            raise _SourceChanged("the file changed while it was being ingested; nothing was stored, ingest it again")
 
     async def _embed_pending(
         self, sql: AsyncEngine, report: DocumentReport, *, reused: int = 0, texts: list[str] | None = None
@@ -447,19 +426,16 @@ class Ingestor:
                     assert chunk_text is not None
                     items.append(batching.Item(cid, chunk_text, embedder.count_tokens(chunk_text)))
                 del page
-                done = await batching.run(
+                # the cap starts where the last page left it (a halving holds for the whole document)
+                await batching.run(
                     embedder,
                     items,
                     max_items=stats.item_cap,
                     max_tokens=max_tokens,
                     concurrency=engine.config.embedding.max_concurrency,
                     on_batch=store,
+                    stats=stats,
                 )
-                stats.requests += done.requests
-                stats.embedded += done.embedded
-                stats.tokens += done.tokens
-                stats.halvings += done.halvings
-                stats.item_cap = done.item_cap
         except (ProviderError, InputTooLarge, ContextEngineError) as exc:
             reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
             return await self._fail_embedding(sql, report, reason, str(exc), progress)

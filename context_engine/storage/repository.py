@@ -190,7 +190,6 @@ async def current_chunk_count(conn: AsyncConnection, document_id: str) -> int:
     )
 
 
-#: chunks per INSERT statement of write_document
 #: chunk rows per INSERT statement (and per slice a large document is extracted in)
 INSERT_SLICE = 500
 _INSERT_CHUNK = text(
@@ -212,7 +211,6 @@ async def write_document(
     source_id: str,
     name: str,
     mime: str,
-    body: str | None,
     acl: Sequence[str],
     attributes: dict[str, Any],
     content_hash: str,
@@ -226,8 +224,8 @@ async def write_document(
     """Write a new version (closing the previous one) in the caller's transaction.
 
     Returns ``(document_id, version, revision)``. Unchanged chunks get the previous version's
-    vector copied inside the database, never read into the process. ``body=None`` stores the
-    chunks' texts joined by blank lines as the document's text, assembled by the database.
+    vector copied inside the database, never read into the process. The document's text is its
+    chunks' texts joined by blank lines, assembled by the database.
     ``chunks`` arrives in slices (of ``INSERT_SLICE`` rows, as the caller makes them), so a document
     of 40,000 chunks never holds every row, or every row's parameters, at once.
     """
@@ -236,7 +234,6 @@ async def write_document(
         "s": source_id,
         "n": name,
         "m": mime,
-        "t": body if body is not None else "",
         "acl": list(acl),
         "attr": json.dumps(attributes),
         "h": content_hash,
@@ -253,7 +250,7 @@ async def write_document(
             text(
                 "INSERT INTO ce_documents (id, source_id, name, mime, text, acl, attributes, status, "
                 "content_hash, meta, version, chunk_count, created_revision, updated_revision) VALUES "
-                "(CAST(:id AS uuid), :s, :n, :m, :t, CAST(:acl AS text[]), CAST(:attr AS jsonb), :st, "
+                "(CAST(:id AS uuid), :s, :n, :m, '', CAST(:acl AS text[]), CAST(:attr AS jsonb), :st, "
                 ":h, CAST(:meta AS jsonb), 1, :cc, :r, :r)"
             ),
             params,
@@ -264,7 +261,7 @@ async def write_document(
         version = int(
             await conn.scalar(
                 text(
-                    "UPDATE ce_documents SET mime = :m, text = :t, acl = CAST(:acl AS text[]), "
+                    "UPDATE ce_documents SET mime = :m, text = '', acl = CAST(:acl AS text[]), "
                     "attributes = CAST(:attr AS jsonb), status = :st, failure_reason = NULL, error = NULL, "
                     "content_hash = :h, meta = CAST(:meta AS jsonb), version = version + 1, chunk_count = :cc, "
                     "updated_revision = :r, updated_at = now() WHERE id = CAST(:id AS uuid) RETURNING version"
@@ -309,15 +306,15 @@ async def write_document(
                 for c in piece
             ],
         )
-    if body is None:
-        await conn.execute(
-            text(
-                "UPDATE ce_documents SET text = coalesce((SELECT string_agg(c.text, E'\\n\\n' ORDER BY c.position) "
-                "FROM ce_chunks c WHERE c.document_id = CAST(:id AS uuid) AND c.version = :v), '') "
-                "WHERE id = CAST(:id AS uuid)"
-            ),
-            {"id": doc_id, "v": version},
-        )
+    # the document's text, assembled here from its chunk rows rather than sent as one parameter
+    await conn.execute(
+        text(
+            "UPDATE ce_documents SET text = coalesce((SELECT string_agg(c.text, E'\\n\\n' ORDER BY c.position) "
+            "FROM ce_chunks c WHERE c.document_id = CAST(:id AS uuid) AND c.version = :v), '') "
+            "WHERE id = CAST(:id AS uuid)"
+        ),
+        {"id": doc_id, "v": version},
+    )
     await bm25.replace_version(conn, doc_id, version)
     # close the previous version's chunks only now: the copies above read from them
     await conn.execute(
