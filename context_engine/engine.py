@@ -288,13 +288,7 @@ class ContextEngine:
                 nonlocal plan
                 vec, plan = await asyncio.gather(
                     timed("embed", self.embedder.embed([query], kind="query")),
-                    legs.plan_vector(
-                        sql,
-                        scope,
-                        threshold=self.config.storage.ann_exact_threshold,
-                        unfiltered_min_rows=self.config.storage.ann_unfiltered_min_rows,
-                        spread_min_share=self.config.storage.ann_spread_min_share,
-                    ),
+                    self._plan_vector(sql, scope),
                 )
                 found = await legs.vector_leg(sql, vec[0], scope, limit=limit, plan=plan)
                 if cfg.vector_floor == "adaptive":
@@ -361,6 +355,17 @@ class ContextEngine:
             bm25_k1=cfg.bm25.k1,
             bm25_b=cfg.bm25.b,
             report=report,
+        )
+
+    def _plan_vector(self, sql: AsyncEngine, scope: Scope) -> Any:
+        """The vector leg's plan with this engine's storage settings (shared by search and knowledge)."""
+        storage = self.config.storage
+        return legs.plan_vector(
+            sql,
+            scope,
+            threshold=storage.ann_exact_threshold,
+            unfiltered_min_rows=storage.ann_unfiltered_min_rows,
+            spread_min_share=storage.ann_spread_min_share,
         )
 
     # ------------------------------------------------------------------ documents

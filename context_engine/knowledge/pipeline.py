@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.config import ContextEngineConfig, RerankConfig, StorageConfig
+from context_engine.config import ContextEngineConfig, RerankConfig
 from context_engine.errors import ContextEngineError, InvalidRequest
 from context_engine.knowledge import agents, guard, shape
 from context_engine.knowledge.agents import AgentScope
@@ -260,7 +260,7 @@ async def _search(
     if weights.get("vector", 0) > 0:
         vectors, plan = await asyncio.gather(
             engine.embedder.embed(list(queries), kind="query"),
-            _plan(sql, scope, engine.config.storage),
+            _plan(engine, sql, scope),
         )
     tasks: dict[str, Any] = {}
     for i, q in enumerate(queries):
@@ -282,18 +282,12 @@ async def _search(
     return rankings, similarity, vectors
 
 
-async def _plan(sql: AsyncEngine, scope: AgentScope, storage: StorageConfig) -> legs.VectorPlan:
+async def _plan(engine: ContextEngine, sql: AsyncEngine, scope: AgentScope) -> legs.VectorPlan:
     """``legs.plan_vector``; with an agent, its eligible rows are always counted (an exact scan of a
     small linked slice beats an approximate index post-filtered down to it)."""
-    threshold = storage.ann_exact_threshold
     if scope.agent_id is None:
-        return await legs.plan_vector(
-            sql,
-            scope,
-            threshold=threshold,
-            unfiltered_min_rows=storage.ann_unfiltered_min_rows,
-            spread_min_share=storage.ann_spread_min_share,
-        )
+        return await engine._plan_vector(sql, scope)
+    threshold = engine.config.storage.ann_exact_threshold
     params: dict[str, Any] = {"cap": threshold + 1}
     query = (
         "SELECT count(*) FROM (SELECT 1 FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "

@@ -106,24 +106,8 @@ async def trigram_leg(
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
-async def plan_vector(
-    db: AsyncEngine,
-    scope: Scope,
-    *,
-    threshold: int,
-    unfiltered_min_rows: int | None = planner.UNFILTERED_ANN_MIN_ROWS,
-    spread_min_share: float | None = planner.SPREAD_MIN_SHARE,
-    spread_min_rows: int = planner.SPREAD_MIN_ROWS,
-) -> VectorPlan:
-    """Exact scan of the eligible rows or the HNSW index: see :mod:`context_engine.retrieval.planner`."""
-    return await planner.plan_vector(
-        db,
-        scope,
-        threshold=threshold,
-        unfiltered_min_rows=unfiltered_min_rows,
-        spread_min_share=spread_min_share,
-        spread_min_rows=spread_min_rows,
-    )
+#: exact scan of the eligible rows or the HNSW index: see :mod:`context_engine.retrieval.planner`
+plan_vector = planner.plan_vector
 
 
 async def vector_leg(

@@ -103,6 +103,23 @@ class VectorPlan:
         }
 
 
+def _count_keys(scope: Scope, params: dict[str, Any]) -> tuple[str, str, str]:
+    """SQL over ``ce_vector_counts v``: ``(in scope, visible to the caller, rows worth reading)``.
+
+    Only the 'all' and 'public' rows (one each per source) and one primary-key probe per principal
+    are read; a trusted caller sees every row.
+    """
+    in_scope = "TRUE"
+    if scope.source_ids is not None:
+        params["ps"] = list(scope.source_ids)
+        in_scope = "v.source_id = ANY(CAST(:ps AS text[]))"
+    if scope.principals is None:
+        return in_scope, "v.kind = 'all'", "TRUE"
+    params["pp"] = [p for p in scope.principals if p]
+    mine = "(v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[])))"
+    return in_scope, f"(v.kind = 'public' OR {mine})", f"(v.kind IN ('all', 'public') OR {mine})"
+
+
 async def count_estimate(conn: AsyncConnection, scope: Scope) -> tuple[int, int, bool]:
     """``(eligible, total, unfiltered)`` from ``ce_vector_counts``: one indexed read per principal and source.
 
@@ -111,27 +128,15 @@ async def count_estimate(conn: AsyncConnection, scope: Scope) -> tuple[int, int,
     ``unfiltered`` says the caller's ACL and scope admit every indexed row for certain (a trusted
     caller, or every row public, in scope of every source): the index then filters nothing.
     """
-    source_ids = scope.source_ids
     params: dict[str, Any] = {}
-    in_scope = "TRUE"
-    if source_ids is not None:
-        params["ps"] = list(source_ids)
-        in_scope = "v.source_id = ANY(CAST(:ps AS text[]))"
-    if scope.principals is None:
-        visible = "v.kind = 'all'"
-    else:
-        params["pp"] = [p for p in scope.principals if p]
-        visible = "(v.kind = 'public' OR (v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[]))))"
+    in_scope, visible, keys = _count_keys(scope, params)
     sql = (
         "SELECT coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'all'), 0) AS total, "
         f"coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'all' AND {in_scope}), 0) AS scoped, "
         f"coalesce(sum(v.chunks) FILTER (WHERE {visible} AND {in_scope}), 0) AS visible, "
         "coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'public'), 0) AS public "
-        "FROM ce_vector_counts v"
+        f"FROM ce_vector_counts v WHERE {keys}"
     )
-    if scope.principals is not None:
-        # the 'all' and 'public' rows (one each per source) and one primary-key probe per principal
-        sql += " WHERE v.kind IN ('all', 'public') OR (v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[])))"
     row = (await conn.execute(text(sql), params)).one()
     total, scoped, visible_rows, public = int(row[0]), int(row[1]), int(row[2]), int(row[3])
     unfiltered = scoped == total and (scope.principals is None or public == total)
@@ -148,17 +153,12 @@ async def concentration(conn: AsyncConnection, scope: Scope) -> float | None:
     """
     if scope.principals is None:
         return None
-    params: dict[str, Any] = {"pp": [p for p in scope.principals if p]}
-    in_scope = "TRUE"
-    if scope.source_ids is not None:
-        params["ps"] = list(scope.source_ids)
-        in_scope = "v.source_id = ANY(CAST(:ps AS text[]))"
-    visible = "(v.kind = 'public' OR (v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[]))))"
+    params: dict[str, Any] = {}
+    in_scope, visible, keys = _count_keys(scope, params)
     sql = (
         "SELECT sum(v.chunks) FILTER (WHERE v.kind = 'all'), vector_norm(sum(v.embedding_sum) FILTER "
         f"(WHERE v.kind = 'all')), sum(v.chunks) FILTER (WHERE {visible}), vector_norm(sum(v.embedding_sum) "
-        f"FILTER (WHERE {visible})) FROM ce_vector_counts v WHERE {in_scope} AND (v.kind IN ('all', 'public') "
-        "OR (v.kind = 'acl' AND v.principal = ANY(CAST(:pp AS text[]))))"
+        f"FILTER (WHERE {visible})) FROM ce_vector_counts v WHERE {in_scope} AND {keys}"
     )
     row = (await conn.execute(text(sql), params)).one()
     if any(x is None for x in row) or not row[0] or not row[2] or not row[1]:
@@ -196,9 +196,9 @@ async def plan_vector(
     Below the threshold, a slice of at least ``spread_min_share`` of the index
     (``storage.ann_spread_min_share``) and ``spread_min_rows`` rows whose centroid is no more than
     ``SPREAD_MAX_CONCENTRATION`` times the scope's uses the index too: its rows are spread through
-    the graph like the corpus's, so the iterative scan meets them near the query. A slice confined to one region (the
-    permissions of a team that owns one topic) keeps the exact scan, where the index would answer
-    with the wrong rows (benchmarks/README.md, "ACL recall").
+    the graph like the corpus's, so the iterative scan meets them near the query. A slice confined
+    to one region (the permissions of a team that owns one topic) keeps the exact scan, where the
+    index would answer with the wrong rows (benchmarks/README.md, "ACL recall").
     """
     unfiltered = False
     async with db.connect() as conn:
@@ -229,9 +229,9 @@ async def plan_vector(
             except ProgrammingError:  # a schema from before migration 0007
                 await conn.rollback()
             index = spread is not None and spread <= SPREAD_MAX_CONCENTRATION
-    plan = VectorPlan(ANN if index else EXACT, eligible, total, method, threshold, unfiltered=unfiltered)
-    plan.concentration = spread
-    return plan
+    return VectorPlan(
+        ANN if index else EXACT, eligible, total, method, threshold, unfiltered=unfiltered, concentration=spread
+    )
 
 
 def ann_settings(plan: VectorPlan, limit: int) -> dict[str, str]:
