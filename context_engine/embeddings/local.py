@@ -204,7 +204,7 @@ class _MiniLMModel:
             raise _not_installed(f"weight {name} missing from model.safetensors")
 
         def get(name: str) -> np.ndarray:
-            return np.ascontiguousarray(weights.read(key(name)))
+            return weights.read(key(name))
 
         def linear_t(prefix: str) -> np.ndarray:
             return np.ascontiguousarray(get(f"{prefix}.weight").T)

@@ -83,7 +83,7 @@ class RowTable:
     A memory map would do the same on paper, but the kernel maps the cached pages around each
     touched one ("fault-around", 64 KiB), whatever ``madvise`` says: gathering the 1,145 word pieces of
     a spreadsheet made 31 MiB of the 47 MiB table resident instead of 5. Here the table is an
-    anonymous mapping that is never touched until a row is read into it with ``pread``.
+    anonymous mapping that is never touched until a row is read into it from the file.
     """
 
     def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...], offset: int):
