@@ -772,7 +772,7 @@ def test_presidio_missing_names_the_extra() -> None:
     except ImportError:
         pass
     else:
-        pytest.skip("presidio is installed")
+        pytest.skip("presidio is installed here, so its missing-extra message cannot occur")
     with pytest.raises(ImportError, match=re.escape('pip install "pg-context-engine[presidio]"')):
         presidio_detectors(["PERSON"])
 
