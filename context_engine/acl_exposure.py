@@ -26,9 +26,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine.errors import StorageUnavailable
-from context_engine.retrieval import legs, planner
-from context_engine.retrieval.legs import Scope
+from context_engine.retrieval import planner
+from context_engine.retrieval.legs import vector_leg
 from context_engine.storage.database import to_driver_url
+from context_engine.storage.predicates import ReadScope
+from context_engine.storage.vectors import vector_literal
 
 #: force the index and nothing else: ef_search and iterative scan stay whatever the server has
 _BARE = {"enable_seqscan": "off", "enable_bitmapscan": "off", "enable_sort": "off"}
@@ -102,19 +104,19 @@ async def check_exposure(
     vectors = [json.loads(row[0]) for row in sample]
     results = [AclExposure(str(acl), int(n) + int(public)) for acl, n in counts[:max_acls]]
     for entry in results:
-        scope = Scope((entry.acl,))
+        scope = ReadScope((entry.acl,))
         entry.pg_picks = await _postgres_choice(db, scope, vectors[0]) if vectors else ""
         for vector in vectors:
             truth = await _oracle(db, scope, vector, top_k)
-            bare = await legs.vector_leg(
+            bare = await vector_leg(
                 db,
                 vector,
                 scope,
                 limit=top_k,
                 plan=planner.VectorPlan(planner.ANN, None, settings=_BARE, allow_fallback=False),
             )
-            plan = await legs.plan_vector(db, scope, threshold=threshold)
-            library = await legs.vector_leg(db, vector, scope, limit=top_k, plan=plan)
+            plan = await planner.plan_vector(db, scope, threshold=threshold)
+            library = await vector_leg(db, vector, scope, limit=top_k, plan=plan)
             entry.bare_recall.append(_recall(bare, truth))
             entry.bare_rows.append(len(bare))
             entry.library_recall.append(_recall(library, truth))
@@ -133,25 +135,25 @@ async def check_exposure(
     )
 
 
-async def _oracle(db: AsyncEngine, scope: Scope, vector: list[float], k: int) -> list[int]:
-    params: dict[str, Any] = {"qv": legs.vector_literal(vector), "k": k}
-    sql = (
+async def _oracle(db: AsyncEngine, scope: ReadScope, vector: list[float], k: int) -> list[int]:
+    params: dict[str, Any] = {"qv": vector_literal(vector), "k": k}
+    statement = (
         "SELECT c.id FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
         f"AND {scope.predicate('c', params)} ORDER BY (c.embedding <=> CAST(:qv AS vector)) + 0, c.id LIMIT :k"
     )
     async with db.connect() as conn:
-        return [int(r[0]) for r in (await conn.execute(text(sql), params)).all()]
+        return [int(r[0]) for r in (await conn.execute(text(statement), params)).all()]
 
 
-async def _postgres_choice(db: AsyncEngine, scope: Scope, vector: list[float]) -> str:
+async def _postgres_choice(db: AsyncEngine, scope: ReadScope, vector: list[float]) -> str:
     """``index`` or ``exact``: the plan Postgres's cost model picks for the bare query, unforced."""
-    params: dict[str, Any] = {"qv": legs.vector_literal(vector)}
-    sql = (
+    params: dict[str, Any] = {"qv": vector_literal(vector)}
+    statement = (
         "EXPLAIN (FORMAT JSON) SELECT c.id FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
         f"AND {scope.predicate('c', params)} ORDER BY c.embedding <=> CAST(:qv AS vector) LIMIT 10"
     )
     async with db.connect() as conn:
-        plan = await conn.scalar(text(sql), params)
+        plan = await conn.scalar(text(statement), params)
     shown = json.dumps(plan) if not isinstance(plan, str) else plan
     return "index" if "ix_ce_chunks_embedding" in shown else "exact"
 

@@ -127,13 +127,6 @@ class SearchConfig(BaseModel):
     max_top_k: int = Field(default=100, ge=1, le=1000)
 
 
-#: Measured on BEIR SciFact (benchmarks/README.md, "Retrieval quality"): full-text (BM25) above the
-#: vector leg (convex fusion 0.727 at fts 1.0, 0.730-0.734 from 1.1 to 1.6, 0.727 at 2.0); the trigram
-#: leg off, since no weight of it raised nDCG@10 there while it cost 1.3-3.2 s per query over 9,000
-#: chunks. Turn it on (e.g. 0.2) for typo-tolerant lookups on small corpora.
-DEFAULT_WEIGHTS: dict[str, float] = {"fts": 1.6, "trigram": 0.0, "vector": 1.0}
-
-
 class FusionConfig(BaseModel):
     """How the legs' candidates become one ranking (context_engine/retrieval/fusion.py)."""
 
@@ -145,18 +138,29 @@ class FusionConfig(BaseModel):
     #: RRF constant (``method="rrf"``, and /knowledge/query's fusion of its queries): 10 ranked
     #: SciFact 0.012 nDCG@10 above 20 and 0.025 above 60 (benchmarks/README.md)
     k: int = Field(default=10, ge=1)
-    #: weight per leg; a leg weighted 0 does not run
-    weights: dict[Literal["fts", "trigram", "vector"], float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    #: weight per search leg, by the leg's registered name (``fts``, ``trigram``, ``vector``, or a leg
+    #: a host registered); a leg not named keeps its default (fts 1.6, trigram 0, vector 1.0: see
+    #: context_engine/retrieval/legs/), and a leg weighted 0 does not run
+    weights: dict[str, float] = Field(default_factory=lambda: _leg_weights({}))
 
     @field_validator("weights")
     @classmethod
-    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
-        for leg, weight in value.items():
-            if weight < 0:
-                raise ValueError(f"fusion weight for {leg!r} must be >= 0, got {weight}")
-        merged = dict(DEFAULT_WEIGHTS)
-        merged.update(value)
-        return merged
+    def _known_and_non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        return _leg_weights(value)
+
+
+def _leg_weights(given: dict[str, float]) -> dict[str, float]:
+    """Each registered leg's default weight, overridden by ``given``; unknown names and negative weights raise."""
+    from context_engine.retrieval import registry
+
+    merged = registry.default_weights()
+    for leg, weight in given.items():
+        if leg not in merged:
+            raise ValueError(f"no search leg is named {leg!r}; known legs: {', '.join(merged)}")
+        if weight < 0:
+            raise ValueError(f"fusion weight for {leg!r} must be >= 0, got {weight}")
+    merged.update(given)
+    return merged
 
 
 class IngestConfig(BaseModel):

@@ -7,17 +7,14 @@ server handle.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
-import httpx
-from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.config import ContextEngineConfig
@@ -27,7 +24,6 @@ from context_engine.errors import (
     Forbidden,
     InvalidRequest,
     NotFound,
-    StorageUnavailable,
 )
 from context_engine.hooks import Hooks
 from context_engine.ingest.pipeline import Ingestor, open_source
@@ -45,17 +41,16 @@ from context_engine.models import (
 from context_engine.principals import TRUSTED, holds_acl, resolve
 from context_engine.redaction import RedactionPolicy
 from context_engine.redaction.apply import IngestScrubber, Redactor, effective_key
-from context_engine.retrieval import fusion, legs, query_shape
-from context_engine.retrieval.legs import Scope
+from context_engine.retrieval.retriever import Retriever
+from context_engine.services import HttpClientFactory, Services
 from context_engine.storage import repository as repo
-from context_engine.storage.database import Database
-from context_engine.storage.migrate import migrate
+from context_engine.storage.predicates import ReadScope
 
 log = logging.getLogger("context_engine")
 
-HttpClientFactory = Callable[[str], "httpx.AsyncClient | None"]
 FileInput = bytes | str | os.PathLike[str] | IO[bytes]
 MAX_QUERY_CHARS = 4000
+KNOWLEDGE_MAX_TOP_K = 20
 _EMBED_BATCH = 64
 
 
@@ -71,14 +66,13 @@ class ContextEngine:
         hooks: Hooks | None = None,
     ):
         self.config = config or ContextEngineConfig()
-        self._http_client_factory = http_client_factory
-        self._db = Database(self.config)
-        self._embedder = embedder
-        self._owns_embedder = embedder is None
-        self._schema_checked = False
-        self.hooks = hooks or Hooks()
+        #: what the pipelines behind this front door share (one pool, one embedder); views share it too
+        self.services = Services(
+            self.config, http_client_factory=http_client_factory, embedder=embedder, hooks=hooks
+        )
+        self.hooks = self.services.hooks
+        self._retriever = Retriever(self.services)
         self._ingestor = Ingestor(self)
-        self._text_search_config = self.config.search.text_search_config
         #: the engine a view was made from (itself for an engine)
         self._root: ContextEngine = self
         self._policy: RedactionPolicy = self.config.redaction
@@ -125,57 +119,24 @@ class ContextEngine:
     async def aclose(self) -> None:
         if self._root is not self:
             return  # a view owns nothing
-        if self._embedder is not None and self._owns_embedder:
-            await self._embedder.aclose()
-            self._embedder = None
-        await self._db.aclose()
+        await self.services.aclose()
 
     @property
     def embedder(self) -> Embedder:
-        if self._root is not self:
-            return self._root.embedder
-        if self._embedder is None:
-            from context_engine.embeddings.factory import build_embedder
+        return self.services.embedder
 
-            self._embedder = build_embedder(self.config.embedding, self._http_client_factory)
-        return self._embedder
+    @property
+    def text_search_config(self) -> str:
+        """The text-search configuration the schema was migrated with (the configured one until first use)."""
+        return self.services.text_search_config
+
+    @property
+    def _text_search_config(self) -> str:
+        return self.services.text_search_config
 
     async def _ready(self) -> AsyncEngine:
         """The pool for the running loop; migrates (or checks) the schema once per engine."""
-        if self._root is not self:
-            sql = await self._root._ready()
-            self._text_search_config = self._root._text_search_config
-            return sql
-        sql = await self._db.engine()
-        if not self._schema_checked:
-            if self._db.embedded or self.config.storage.auto_migrate:
-                # idempotent and serialised by an advisory lock, so a race here is harmless
-                report = await migrate(
-                    sql, dim=self.embedder.dim, text_search_config=self.config.search.text_search_config
-                )
-                self._text_search_config = report.text_search_config
-            else:
-                self._text_search_config = await self._check_schema(sql)
-            self._schema_checked = True
-        return sql
-
-    async def _check_schema(self, sql: AsyncEngine) -> str:
-        try:
-            async with sql.connect() as conn:
-                rows = dict((await conn.execute(sql_text("SELECT key, value FROM ce_meta"))).all())
-        except Exception as exc:
-            raise StorageUnavailable(
-                "the database has no context-engine schema; run "
-                f"`context-engine migrate --database-url URL --dim {self.embedder.dim}` first"
-            ) from exc
-        if int(rows.get("embedding_dim", 0)) != self.embedder.dim:
-            from context_engine.errors import DimensionMismatch
-
-            raise DimensionMismatch(
-                f"the database is locked to embedding dimension {rows.get('embedding_dim')}, "
-                f"but the configured model produces {self.embedder.dim}"
-            )
-        return rows.get("text_search_config", "english")
+        return await self.services.db()
 
     async def revision(self) -> int:
         """The store's current monotonic revision."""
@@ -250,7 +211,7 @@ class ContextEngine:
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
     ) -> SearchResult:
-        """Hybrid search: full-text, trigram and vector legs fused (``fusion.method``).
+        """Hybrid search: every registered leg (full-text, trigram, vector, ...) fused by ``fusion.method``.
 
         Hits are redacted by the output policy (the engine's, the view's, or this call's)
         before they are returned.
@@ -260,50 +221,16 @@ class ContextEngine:
         top_k = _check_top_k(top_k, self.config.search.max_top_k)
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
-        scope = Scope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids))
-        sql = await self._ready()
-        cfg, weights = self.config.search, self.config.fusion.weights
-        limit = max(cfg.candidates, top_k)
-        timings: dict[str, float] = {}
-
-        async def timed(name: str, coro: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return await coro
-            finally:
-                timings[name] = round((time.perf_counter() - t0) * 1000, 2)
-
-        tasks: dict[str, Any] = {}
-        lexical_pass: dict[str, Any] = {}
-        if weights.get("fts", 0) > 0:
-            tasks["fts"] = timed("fts", self._fts_leg(sql, query, scope, limit, lexical_pass))
-        words = query_shape.length_units(query)
-        if weights.get("trigram", 0) > 0 and (cfg.trgm_max_query_words is None or words <= cfg.trgm_max_query_words):
-            threshold = cfg.trgm_limit or query_shape.trigram_threshold(query)
-            tasks["trigram"] = timed("trigram", legs.trigram_leg(sql, query, scope, limit=limit, threshold=threshold))
-        plan: legs.VectorPlan | None = None
-        if weights.get("vector", 0) > 0:
-
-            async def vector() -> list[tuple[int, float]]:
-                nonlocal plan
-                vec, plan = await asyncio.gather(
-                    timed("embed", self.embedder.embed([query], kind="query")),
-                    self._plan_vector(sql, scope),
-                )
-                found = await legs.vector_leg(sql, vec[0], scope, limit=limit, plan=plan)
-                if cfg.vector_floor == "adaptive":
-                    floor = query_shape.vector_floor(query)
-                    found = [pair for pair in found if pair[1] >= floor]
-                return found
-
-            tasks["vector"] = timed("vector", vector())
-        results = dict(zip(tasks, await asyncio.gather(*tasks.values()), strict=True))
+        scope = ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids))
+        retrieval = await self._retriever.retrieve([query], scope, max(self.config.search.candidates, top_k))
+        results = retrieval.for_query(0)
+        timings = retrieval.timings
         t0 = time.perf_counter()
-        ranked = fusion.fuse(self.config.fusion.method, results, weights, self.config.fusion.k)
+        ranked = self._retriever.fuse(self.config.fusion.method, results)
         fused = ranked[:top_k]
-        rows = await repo.fetch_hits(sql, [i for i, _ in fused], scope)
+        rows = await repo.fetch_hits(await self._ready(), [i for i, _ in fused], scope)
         similarity = dict(results.get("vector", []))
-        found_by = {leg: {i for i, _ in pairs} for leg, pairs in results.items()}
+        found_by = retrieval.found_by()
         hits = [
             Hit(
                 document_id=str(row["document_id"]),
@@ -315,7 +242,7 @@ class ContextEngine:
                 chunk_id=cid,
                 section=red.text(row["section"]),
                 page=row["page"],
-                matched_by=[leg for leg in ("fts", "trigram", "vector") if cid in found_by.get(leg, set())],
+                matched_by=found_by.get(cid, []),
                 similarity=round(similarity[cid], 6) if cid in similarity else None,
             )
             for cid, score in fused
@@ -331,42 +258,8 @@ class ContextEngine:
             "fusion": self.config.fusion.method,
             "timings_ms": timings,
         }
-        if plan is not None:
-            usage["vector_plan"] = plan.usage()
-        if lexical_pass:
-            usage["lexical_pass"] = lexical_pass
+        usage.update(retrieval.usage)
         return SearchResult(hits=hits, usage=usage)
-
-    def _fts_leg(
-        self, sql: AsyncEngine, query: str, scope: Scope, limit: int, report: dict[str, Any] | None = None
-    ) -> Any:
-        """The full-text leg with this engine's lexical settings (shared by search and knowledge)."""
-        cfg = self.config.search
-        return legs.fts_leg(
-            sql,
-            query,
-            scope,
-            limit=limit,
-            config=self._text_search_config,
-            match=cfg.lexical_match,
-            rank=cfg.lexical_rank,
-            normalization=cfg.lexical_normalization,
-            stopwords=cfg.lexical_stopwords,
-            bm25_k1=cfg.bm25.k1,
-            bm25_b=cfg.bm25.b,
-            report=report,
-        )
-
-    def _plan_vector(self, sql: AsyncEngine, scope: Scope) -> Any:
-        """The vector leg's plan with this engine's storage settings (shared by search and knowledge)."""
-        storage = self.config.storage
-        return legs.plan_vector(
-            sql,
-            scope,
-            threshold=storage.ann_exact_threshold,
-            unfiltered_min_rows=storage.ann_unfiltered_min_rows,
-            spread_min_share=storage.ann_spread_min_share,
-        )
 
     # ------------------------------------------------------------------ documents
     async def get_document(
@@ -381,7 +274,7 @@ class ContextEngine:
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
         doc_id = _check_uuid(document_id)
-        row = await repo.get_document(await self._ready(), doc_id, Scope(caller), with_text=include_text)
+        row = await repo.get_document(await self._ready(), doc_id, ReadScope(caller), with_text=include_text)
         if row is None:
             raise NotFound(f"document {document_id} not found")
         return _document(row, trusted=caller is None, red=red)
@@ -402,7 +295,7 @@ class ContextEngine:
             raise InvalidRequest("limit must be an integer between 1 and 500")
         after = _decode_cursor(cursor) if cursor else None
         rows = await repo.list_documents(
-            await self._ready(), Scope(caller, _check_ids("source_ids", source_ids)), limit=limit + 1, after=after
+            await self._ready(), ReadScope(caller, _check_ids("source_ids", source_ids)), limit=limit + 1, after=after
         )
         more = len(rows) > limit
         rows = rows[:limit]
@@ -433,10 +326,10 @@ class ContextEngine:
             raise Forbidden("you may only file a document under an ACL you hold")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise InvalidRequest("name must be a non-empty string")
-        sql = await self._ready()
+        db = await self._ready()
         try:
             revision = await repo.update_document(
-                sql, doc_id, Scope(caller), acl=acl_list, attributes=attributes, name=name
+                db, doc_id, ReadScope(caller), acl=acl_list, attributes=attributes, name=name
             )
         except Exception as exc:
             if "ux_ce_documents_identity" in str(exc):
@@ -457,7 +350,7 @@ class ContextEngine:
     async def delete_document(self, document_id: str, *, principals: Iterable[str] | object | None = None) -> int:
         """Delete from the next revision on; returns that revision."""
         caller = resolve(principals)  # type: ignore[arg-type]
-        revision = await repo.delete_document(await self._ready(), _check_uuid(document_id), Scope(caller))
+        revision = await repo.delete_document(await self._ready(), _check_uuid(document_id), ReadScope(caller))
         if revision is None:
             raise NotFound(f"document {document_id} not found")
         return revision
@@ -466,7 +359,7 @@ class ContextEngine:
         self, *, principals: Iterable[str] | object | None = None, source_ids: Sequence[str] | None = None
     ) -> Stats:
         caller = resolve(principals)  # type: ignore[arg-type]
-        data = await repo.stats(await self._ready(), Scope(caller, _check_ids("source_ids", source_ids)))
+        data = await repo.stats(await self._ready(), ReadScope(caller, _check_ids("source_ids", source_ids)))
         return Stats(**data)
 
     # ------------------------------------------------------------------ knowledge
@@ -492,17 +385,21 @@ class ContextEngine:
         """
         from context_engine.knowledge.pipeline import knowledge_query
 
+        query = _check_query(query)
+        top_k = _check_top_k(top_k, KNOWLEDGE_MAX_TOP_K)
+        if not isinstance(expand, bool) or not isinstance(rerank, bool):
+            raise InvalidRequest("expand and rerank must be booleans")
+        caller = resolve(principals)  # type: ignore[arg-type]
         return await knowledge_query(
-            self,
+            self._retriever,
+            self._redactor(caller, redaction, redaction_secret_key),
             query,
+            caller=caller,
             top_k=top_k,
             agent_id=agent_id,
             expand=expand,
             rerank=rerank,
-            principals=principals,
-            source_ids=source_ids,
-            redaction=redaction,
-            redaction_secret_key=redaction_secret_key,
+            source_ids=_check_ids("source_ids", source_ids),
         )
 
     async def link_agent_sources(

@@ -450,20 +450,25 @@ def rrf_baseline(name: str, runs: Sequence[RunResult], qrels: Mapping[str, Mappi
 
 # ------------------------------------------------------------------------------------------ harness
 
-_LEG_NAMES = {"fts": "full-text leg alone", "trigram": "trigram leg alone", "vector": "vector leg alone"}
+#: how the table names a built-in leg measured alone; a registered leg is named after itself
+_LEG_LABELS = {"fts": "full-text leg alone", "trigram": "trigram leg alone", "vector": "vector leg alone"}
 
 
 def leg_configurations(config: Any) -> dict[str, dict[str, Any]]:
-    """Each leg the configuration uses, alone, then the configured fusion.
+    """Each registered leg the configuration uses, alone, then the configured fusion.
 
     A leg runs alone by weighting the others 0 (a leg weighted 0 does not run); a leg the
     configuration switches off is not measured, since it would not serve a single search.
     """
+    from context_engine.retrieval import registry
+
     weights = config.fusion.weights
+    legs = registry.names()
     out: dict[str, dict[str, Any]] = {}
-    for leg, name in _LEG_NAMES.items():
+    for leg in legs:
         if weights.get(leg, 0) > 0:
-            out[name] = {"fusion": {"weights": {"fts": 0.0, "trigram": 0.0, "vector": 0.0, leg: 1.0}}}
+            alone = {other: 0.0 for other in legs} | {leg: 1.0}
+            out[_LEG_LABELS.get(leg, f"{leg} leg alone")] = {"fusion": {"weights": alone}}
     out["fused (configured)"] = {}
     return out
 
@@ -678,7 +683,7 @@ async def run_eval(
                 top_k=top_k,
             )
             plan = probe.usage.get("vector_plan", {}).get("plan")
-            text_config = engine._text_search_config
+            text_config = engine.text_search_config
             rows.extend(await _baselines(dataset, baseline_embedder or engine.embedder, baselines, progress))
             if throwaway is None and not keep:
                 await _remove_source(engine, source_id)

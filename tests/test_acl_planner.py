@@ -21,10 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine import TRUSTED, ContextEngine
 from context_engine.retrieval import planner
-from context_engine.retrieval.legs import Scope, plan_vector, vector_leg, vector_literal
-from context_engine.retrieval.planner import VectorPlan
+from context_engine.retrieval.legs import vector_leg
+from context_engine.retrieval.planner import VectorPlan, plan_vector
 from context_engine.storage.database import to_driver_url
 from context_engine.storage.migrate import _split, migrations_dir
+from context_engine.storage.predicates import ReadScope
+from context_engine.storage.vectors import vector_literal
 from tests.conftest import make_config
 
 QUERY = "quarterly revenue forecast for the northern region"
@@ -78,7 +80,7 @@ def insert_clustered(url: str, centre: Sequence[float], *, crowd: int = 1200, fa
         conn.execute("ANALYZE ce_chunks")
 
 
-async def oracle(db: AsyncEngine, vector: Sequence[float], scope: Scope, k: int) -> list[int]:
+async def oracle(db: AsyncEngine, vector: Sequence[float], scope: ReadScope, k: int) -> list[int]:
     """Exact top k over the caller's eligible rows, every row scored in Postgres."""
     params = {"qv": vector_literal(vector), "k": k}
     sql = (
@@ -89,7 +91,7 @@ async def oracle(db: AsyncEngine, vector: Sequence[float], scope: Scope, k: int)
         return [int(r[0]) for r in (await conn.execute(text(sql), params)).all()]
 
 
-async def direct_count(db: AsyncEngine, scope: Scope) -> int:
+async def direct_count(db: AsyncEngine, scope: ReadScope) -> int:
     params: dict[str, object] = {}
     sql = (
         "SELECT count(*) FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
@@ -123,7 +125,7 @@ async def test_engine_returns_the_oracle_rows_where_a_post_filter_comes_back_sho
     clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
 ) -> None:
     eng, vector = clustered
-    scope = Scope((FAR,))
+    scope = ReadScope((FAR,))
     bare = VectorPlan(planner.ANN, None, settings=planner.index_settings(40, "off"), allow_fallback=False)
     post_filtered = await vector_leg(sql, vector, scope, limit=10, plan=bare)
     assert len(post_filtered) < 10  # the failure: the index walk never reaches the caller's rows
@@ -149,14 +151,14 @@ async def test_above_the_threshold_the_forced_iterative_index_scan_still_returns
     assert plan["plan"] == "ann" and plan["eligible_rows"] == 24
     # a 2% slice: the iterative budget is raised above pgvector's default of 20,000 tuples
     assert plan["ef_search"] == 100 and plan["max_scan_tuples"] >= planner.DEFAULT_MAX_SCAN_TUPLES
-    assert [h.chunk_id for h in result.hits] == await oracle(sql, vector, Scope((FAR,)), 10)
+    assert [h.chunk_id for h in result.hits] == await oracle(sql, vector, ReadScope((FAR,)), 10)
 
 
 async def test_a_short_index_answer_falls_back_to_the_exact_scan(
     clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
 ) -> None:
     _, vector = clustered
-    scope = Scope((FAR,))
+    scope = ReadScope((FAR,))
     # the index alone (no iterative scan) comes back short; the estimate says 24 rows exist
     plan = VectorPlan(planner.ANN, 24, settings=planner.index_settings(40, "off"))
     found = await vector_leg(sql, vector, scope, limit=10, plan=plan)
@@ -169,7 +171,7 @@ async def test_each_plan_is_forced_whatever_postgres_would_choose(
 ) -> None:
     _, vector = clustered
     params: dict[str, object] = {"qv": vector_literal(vector)}
-    where = f"c.valid_to IS NULL AND c.embedding IS NOT NULL AND {Scope((FAR,)).predicate('c', params)}"
+    where = f"c.valid_to IS NULL AND c.embedding IS NOT NULL AND {ReadScope((FAR,)).predicate('c', params)}"
     distance = "c.embedding <=> CAST(:qv AS vector)"
     ann = f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY {distance} LIMIT 10"
     exact = f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY ({distance}) + 0 LIMIT 10"
@@ -193,17 +195,17 @@ async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextE
         callers: list[tuple[str, ...] | None] = [(), ("group:a",), ("group:b",), ("group:a", "group:b"), None]
         for principals in callers:
             for sources in (None, ["s1"], ["s2"], ["s1", "s2"]):
-                scope = Scope(principals, sources)
+                scope = ReadScope(principals, sources)
                 async with sql.connect() as conn:
                     estimate, total, unfiltered = await planner.count_estimate(conn, scope)
                 true = await direct_count(sql, scope)
-                assert total == await direct_count(sql, Scope(None))
+                assert total == await direct_count(sql, ReadScope(None))
                 # some rows carry an ACL, so only a trusted caller whose sources hold every row is unfiltered
-                assert unfiltered == (principals is None and await direct_count(sql, Scope(None, sources)) == total)
+                assert unfiltered == (principals is None and await direct_count(sql, ReadScope(None, sources)) == total)
                 if principals is None or len(principals) <= 1:
                     assert estimate == true, (principals, sources)
                 else:  # a row carrying both principals is counted under each: an upper bound
-                    assert true <= estimate <= await direct_count(sql, Scope(None, sources))
+                    assert true <= estimate <= await direct_count(sql, ReadScope(None, sources))
         # migration 0007's vector sums follow the same writes (to float rounding)
         async with sql.connect() as conn:
             kept = _sums((await conn.execute(text(_KEPT_SUMS))).all())
@@ -243,30 +245,31 @@ async def test_small_corpora_and_pins(engine: ContextEngine, sql: AsyncEngine) -
     result = await engine.search("planner notes", principals=TRUSTED)
     # a trusted caller over a corpus smaller than the threshold scans exactly as well
     assert result.usage["vector_plan"]["plan"] == "exact"
-    assert result.usage["vector_plan"]["eligible_rows"] == await direct_count(sql, Scope(None))
+    assert result.usage["vector_plan"]["eligible_rows"] == await direct_count(sql, ReadScope(None))
 
     # a trusted caller filters nothing: from unfiltered_min_rows rows it uses the index
-    trusted = await plan_vector(sql, Scope(None), threshold=10_000, unfiltered_min_rows=1)
+    trusted = await plan_vector(sql, ReadScope(None), threshold=10_000, unfiltered_min_rows=1)
     assert trusted.plan == "ann" and trusted.unfiltered and trusted.usage()["unfiltered"] is True
-    few = await plan_vector(sql, Scope(None), threshold=10_000, unfiltered_min_rows=trusted.eligible + 1)
+    few = await plan_vector(sql, ReadScope(None), threshold=10_000, unfiltered_min_rows=trusted.eligible + 1)
     assert few.plan == "exact" and few.unfiltered
-    scoped = await plan_vector(sql, Scope(("group:a",)), threshold=10_000, unfiltered_min_rows=1)
+    scoped = await plan_vector(sql, ReadScope(("group:a",)), threshold=10_000, unfiltered_min_rows=1)
     assert scoped.plan == "exact" and not scoped.unfiltered
-    pin = await plan_vector(sql, Scope(None, document_ids=[doc.document_id]), threshold=10_000, unfiltered_min_rows=1)
+    pinned = ReadScope(None, document_ids=[doc.document_id])
+    pin = await plan_vector(sql, pinned, threshold=10_000, unfiltered_min_rows=1)
     assert pin.plan == "exact" and not pin.unfiltered
 
-    everyone = await plan_vector(sql, Scope(("group:a",)), threshold=0)
+    everyone = await plan_vector(sql, ReadScope(("group:a",)), threshold=0)
     assert everyone.plan == "ann" and everyone.method == "counts"
-    pinned = await plan_vector(sql, Scope(("group:a",), document_ids=[doc.document_id]), threshold=0)
+    pinned = await plan_vector(sql, ReadScope(("group:a",), document_ids=[doc.document_id]), threshold=0)
     assert pinned.method == "capped_count" and pinned.eligible == 1  # counted: capped at threshold + 1
-    nobody = await plan_vector(sql, Scope(("group:nobody",)), threshold=0)
+    nobody = await plan_vector(sql, ReadScope(("group:nobody",)), threshold=0)
     assert nobody.plan == "exact" and nobody.eligible == 0
 
     async with sql.begin() as conn:  # a schema from before migration 0004
         await conn.execute(text("DROP TABLE ce_vector_counts CASCADE"))
-    older = await plan_vector(sql, Scope(("group:a",)), threshold=100)
+    older = await plan_vector(sql, ReadScope(("group:a",)), threshold=100)
     assert older.method == "capped_count" and older.plan == "exact"
-    assert older.eligible == await direct_count(sql, Scope(("group:a",)))
+    assert older.eligible == await direct_count(sql, ReadScope(("group:a",)))
 
 
 def test_the_iterative_budget_grows_as_the_slice_shrinks() -> None:
@@ -312,8 +315,8 @@ async def test_a_spread_slice_uses_the_index_and_a_regional_one_scans_exactly(
                     [(doc, i, acl, f"h{i}", vector_literal(v.tolist())) for i, (acl, v) in enumerate(rows)],
                 )
         band = {"threshold": 10_000, "spread_min_share": 0.05, "spread_min_rows": 50}
-        spread = await plan_vector(sql, Scope(("group:spread",)), **band)
-        region = await plan_vector(sql, Scope(("group:region",)), **band)
+        spread = await plan_vector(sql, ReadScope(("group:spread",)), **band)
+        region = await plan_vector(sql, ReadScope(("group:region",)), **band)
         assert spread.eligible == region.eligible == 100
         assert spread.concentration is not None and spread.concentration <= planner.SPREAD_MAX_CONCENTRATION
         assert region.concentration is not None and region.concentration > 1.3
@@ -321,12 +324,13 @@ async def test_a_spread_slice_uses_the_index_and_a_regional_one_scans_exactly(
         assert spread.usage()["concentration"] == round(spread.concentration, 3)
         # the index answers the spread caller with the exact oracle's rows
         query = (a + b) / np.linalg.norm(a + b)
-        found = await vector_leg(sql, query.tolist(), Scope(("group:spread",)), limit=10, plan=spread)
-        assert [cid for cid, _ in found] == await oracle(sql, query.tolist(), Scope(("group:spread",)), 10)
+        found = await vector_leg(sql, query.tolist(), ReadScope(("group:spread",)), limit=10, plan=spread)
+        assert [cid for cid, _ in found] == await oracle(sql, query.tolist(), ReadScope(("group:spread",)), 10)
         # below the share, or with the band turned off, the threshold alone decides; so it does above
         # the band's top (a quarter of the rows: the centroid no longer tells the shapes apart there)
-        assert (await plan_vector(sql, Scope(("group:spread",)), **{**band, "spread_min_share": 0.5})).plan == "exact"
-        wide = await plan_vector(sql, Scope(("group:spread", "group:region")), **band)
+        spread = ReadScope(("group:spread",))
+        assert (await plan_vector(sql, spread, **{**band, "spread_min_share": 0.5})).plan == "exact"
+        wide = await plan_vector(sql, ReadScope(("group:spread", "group:region")), **band)
         assert wide.eligible == 200 and wide.eligible > planner.SPREAD_MAX_SHARE * 600 and wide.plan == "exact"
-        assert (await plan_vector(sql, Scope(("group:spread",)), **{**band, "spread_min_share": None})).plan == "exact"
-        assert (await plan_vector(sql, Scope(None), **band)).concentration is None
+        assert (await plan_vector(sql, spread, **{**band, "spread_min_share": None})).plan == "exact"
+        assert (await plan_vector(sql, ReadScope(None), **band)).concentration is None

@@ -156,14 +156,14 @@ async def test_every_match_field(corpus: dict[str, Any], embedder: Embedder) -> 
     assert top.source_id == corpus["ids"]["lease.md"] and top.source_name == "lease.md"
     assert (top.collection_id, top.dossier_name) == ("dupont", "dupont")
     assert top.section == "Article 12 - Termination" and top.page is None
-    assert top.matched_by == ["vector", "fts"]
+    assert top.matched_by == ["fts", "vector"]  # registry order, as in /search
     for match in first.matches:
         assert isinstance(match.chunk_id, str) and match.chunk_id.isdigit()
         assert match.similarity is not None and 0.0 <= match.similarity <= 1.0
         assert len(match.content) <= shape.MAX_CONTENT_CHARS
         assert match.matched_by and set(match.matched_by) <= {"vector", "fts"}
     assert [m.score for m in first.matches] == sorted((m.score for m in first.matches), reverse=True)
-    both = [m.score for m in first.matches if m.matched_by == ["vector", "fts"]]
+    both = [m.score for m in first.matches if m.matched_by == ["fts", "vector"]]
     one = [m.score for m in first.matches if len(m.matched_by) == 1]
     assert both and one and max(one) < max(both)  # found by both channels ranks higher
     trace = first.trace

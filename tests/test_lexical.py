@@ -11,8 +11,8 @@ from sqlalchemy import text
 from context_engine import ContextEngine
 from context_engine.principals import TRUSTED
 from context_engine.retrieval import bm25, legs, lexical
-from context_engine.retrieval.legs import Scope
 from context_engine.storage.migrate import migrate
+from context_engine.storage.predicates import ReadScope
 from tests.conftest import make_config
 
 # ------------------------------------------------------------------------------------------- parsing
@@ -89,7 +89,7 @@ async def _bm25(engine: ContextEngine, query: str, principals: tuple[str, ...] |
     found = await legs.fts_leg(
         sql,
         query,
-        Scope(principals),
+        ReadScope(principals),
         limit=10,
         config="english",
         match="any",
@@ -242,7 +242,7 @@ async def test_bounded_bm25_returns_exactly_what_scoring_every_candidate_returns
                     tsq = lexical.tsquery_sql(query, match="any", params=params)
                     assert tsq is not None
                     report: dict[str, Any] = {}
-                    scope = Scope(principals)
+                    scope = ReadScope(principals)
                     async with sql.connect() as conn:
                         found = await bm25.rank(
                             conn,

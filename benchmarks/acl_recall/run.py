@@ -49,17 +49,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine.config import ContextEngineConfig
 from context_engine.retrieval import planner
-from context_engine.retrieval.legs import Scope, vector_leg
+from context_engine.retrieval.legs import vector_leg
 from context_engine.retrieval.planner import VectorPlan
 from context_engine.storage import embedded
 from context_engine.storage.database import to_driver_url
 from context_engine.storage.migrate import migrate
+from context_engine.storage.predicates import ReadScope
 
 HERE = Path(__file__).resolve().parent
 DB_NAME = "ce_acl_recall"
 SOURCE = "bench"
 
-PlanFactory = Callable[[AsyncEngine, Scope], Awaitable[VectorPlan]]
+PlanFactory = Callable[[AsyncEngine, ReadScope], Awaitable[VectorPlan]]
 
 
 # ---------------------------------------------------------------------------------------- database
@@ -173,8 +174,8 @@ def _pct(values: list[float], pct: float) -> float:
     return values[min(len(values) - 1, round(pct / 100 * (len(values) - 1)))]
 
 
-def _scope(pre: str | None, corpus: Corpus, i: int) -> Scope:
-    return Scope(None if pre is None else (f"{pre}:{corpus.callers[pre][i]}",))
+def _scope(pre: str | None, corpus: Corpus, i: int) -> ReadScope:
+    return ReadScope(None if pre is None else (f"{pre}:{corpus.callers[pre][i]}",))
 
 
 async def oracle(db: AsyncEngine, corpus: Corpus, pre: str | None, n: int, k: int) -> list[list[int]]:
@@ -235,17 +236,17 @@ THRESHOLD = ContextEngineConfig().storage.ann_exact_threshold
 
 
 def fixed(plan: str, settings: dict[str, str] | None = None) -> PlanFactory:
-    async def make(db: AsyncEngine, scope: Scope) -> VectorPlan:
+    async def make(db: AsyncEngine, scope: ReadScope) -> VectorPlan:
         return VectorPlan(plan, None, settings=settings, allow_fallback=False)
 
     return make
 
 
-async def plan_by_planner(db: AsyncEngine, scope: Scope) -> VectorPlan:
+async def plan_by_planner(db: AsyncEngine, scope: ReadScope) -> VectorPlan:
     return await planner.plan_vector(db, scope, threshold=THRESHOLD)
 
 
-async def forced_ann(db: AsyncEngine, scope: Scope) -> VectorPlan:
+async def forced_ann(db: AsyncEngine, scope: ReadScope) -> VectorPlan:
     """The planner's ANN branch whatever the estimate: its budget sizing and its exact fallback."""
     plan = await planner.plan_vector(db, scope, threshold=THRESHOLD)
     plan.plan = planner.ANN
@@ -326,7 +327,7 @@ async def staleness(db: AsyncEngine, url: str, corpus: Corpus, rows: int) -> dic
             f"valid_from) SELECT md5('late' || id)::uuid, 1, 0, 'late', ARRAY['late:0'], '', '', ''::tsvector, "
             f"embedding, 2 FROM ce_chunks WHERE source_id = '{SOURCE}' ORDER BY id LIMIT {rows}"
         )
-    scope = Scope(("late:0",))
+    scope = ReadScope(("late:0",))
     params: dict[str, Any] = {}
     predicate = scope.predicate("c", params)
     async with db.connect() as conn:

@@ -28,8 +28,8 @@ from context_engine.ingest.chunker import Chunk, chunk_units, normalise
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.models import FAILURE_MESSAGES, DocumentReport
 from context_engine.redaction.apply import IngestScrubber
-from context_engine.retrieval.legs import Scope
 from context_engine.storage import repository as repo
+from context_engine.storage.predicates import ReadScope
 
 if TYPE_CHECKING:
     from context_engine.engine import ContextEngine
@@ -585,4 +585,4 @@ class Ingestor:
         )
 
     async def _visible(self, sql: AsyncEngine, document_id: str, caller: tuple[str, ...] | None) -> bool:
-        return await repo.get_document(sql, document_id, Scope(caller), with_text=False) is not None
+        return await repo.get_document(sql, document_id, ReadScope(caller), with_text=False) is not None

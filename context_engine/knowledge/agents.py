@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
@@ -25,29 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.errors import InvalidRequest, NotFound
 from context_engine.knowledge.models import AgentLinks
-from context_engine.retrieval.legs import Scope
 
 MAX_AGENT_ID_CHARS = 200
-
-
-@dataclass
-class AgentScope(Scope):
-    """The shared ACL + scope predicate, narrowed to the passages linked to one agent."""
-
-    agent_id: str | None = None
-
-    def predicate(self, alias: str, params: dict[str, Any]) -> str:
-        base = super().predicate(alias, params)
-        if self.agent_id is None:
-            return base
-        params["agent_id"] = self.agent_id
-        linked = (
-            f"({alias}.document_id IN (SELECT CAST(l.ref AS uuid) FROM ce_agent_links l "
-            "WHERE l.agent_id = :agent_id AND l.kind = 'document') "
-            f"OR {alias}.source_id IN (SELECT l.ref FROM ce_agent_links l "
-            "WHERE l.agent_id = :agent_id AND l.kind = 'source'))"
-        )
-        return linked if base == "TRUE" else f"{base} AND {linked}"
 
 
 def check_agent_id(agent_id: Any) -> str:

@@ -37,7 +37,7 @@ class KnowledgeMatch(BaseModel):
         description="best cosine similarity to any searched query, 0 to 1; null only for a passage with no vector"
     )
     score: float = Field(description="fused reciprocal-rank score; compare only within one response")
-    matched_by: list[Literal["vector", "fts"]] = Field(description="the channels that found it")
+    matched_by: list[str] = Field(description="the search legs that found it, for any of the searched queries")
     rerank_score: float | None = Field(description="the judge's relevance, 0 to 1, when its order was used; else null")
 
 

@@ -4,12 +4,13 @@
    (:func:`~context_engine.knowledge.shape.maybe_compound`); the model splits it into sub-queries
    and the question itself is always searched too. Any failure (error, invalid reply twice,
    ``knowledge.expand_timeout``) falls back to the question alone.
-2. **Search.** Every query is embedded in one call; then, for every query, the vector leg and the
-   full-text leg run concurrently, all under the same ACL + scope predicate as ``/search``
-   (narrowed further to an agent's links when ``agent_id`` is given).
+2. **Search.** The one retriever (:mod:`context_engine.retrieval.retriever`) runs every active leg
+   for every query concurrently (the queries are embedded in one call), all under the same ACL +
+   scope predicate as ``/search`` (narrowed further to an agent's links when ``agent_id`` is given).
 3. **Fuse.** Every leg of every query is one ranking in weighted reciprocal rank fusion
-   (``fusion.k``, ``fusion.weights`` for ``vector`` and ``fts``), so a passage found by both
-   channels, or for several sub-queries, ranks higher.
+   (``fusion.k``, each leg's ``fusion.weights``): ranks, not scores, because scores of different
+   sub-queries are not comparable. A passage found by several legs, or for several sub-queries,
+   ranks higher.
 4. **Enumeration.** A question asking for a list takes ``knowledge.enumeration_candidates`` per leg
    instead of ``knowledge.candidates``, and the list-shaped candidates (tables, sheet rows, three or
    more list items) form one more ranking in the fusion, so the chunk holding the list rises.
@@ -28,33 +29,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.config import ContextEngineConfig, RerankConfig
-from context_engine.errors import ContextEngineError, InvalidRequest
+from context_engine.errors import ContextEngineError
 from context_engine.knowledge import agents, guard, shape
-from context_engine.knowledge.agents import AgentScope
 from context_engine.knowledge.expand import expand_query, searched_queries
 from context_engine.knowledge.models import KnowledgeMatch, KnowledgeResult, KnowledgeTimings, KnowledgeTrace
 from context_engine.llm.base import HttpClientFactory, LLMClient
-from context_engine.principals import resolve
-from context_engine.redaction import RedactionPolicy
+from context_engine.redaction.apply import Redactor
 from context_engine.rerank.base import Reranker
-from context_engine.retrieval import fusion, legs, query_shape
+from context_engine.retrieval.retriever import Retriever
 from context_engine.storage import repository as repo
-
-if TYPE_CHECKING:
-    from context_engine.engine import ContextEngine
+from context_engine.storage.predicates import ReadScope
+from context_engine.storage.vectors import vector_literal
 
 log = logging.getLogger("context_engine.knowledge")
 
-MAX_TOP_K = 20
-MAX_QUERY_CHARS = 4000
-CHANNELS = ("vector", "fts")
+#: the ranking of list-shaped candidates added for an enumeration question (not a leg)
+STRUCTURE = "structure"
 
 
 class _Models:
@@ -95,47 +92,31 @@ def _ms(started: float) -> int:
     return round((time.perf_counter() - started) * 1000)
 
 
-def _check(query: Any, top_k: Any, expand: Any, rerank: Any) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidRequest("query must be a non-empty string")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InvalidRequest(f"query is longer than {MAX_QUERY_CHARS} characters")
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
-        raise InvalidRequest(f"top_k must be an integer between 1 and {MAX_TOP_K}")
-    if not isinstance(expand, bool) or not isinstance(rerank, bool):
-        raise InvalidRequest("expand and rerank must be booleans")
-    return query.strip()
-
-
 async def knowledge_query(
-    engine: ContextEngine,
+    retriever: Retriever,
+    red: Redactor,
     query: str,
     *,
-    top_k: int = 5,
-    agent_id: str | None = None,
-    expand: bool = True,
-    rerank: bool = True,
-    principals: Iterable[str] | object | None = None,
-    source_ids: Sequence[str] | None = None,
-    redaction: RedactionPolicy | None = None,
-    redaction_secret_key: str | bytes | None = None,
+    caller: tuple[str, ...] | None,
+    top_k: int,
+    agent_id: str | None,
+    expand: bool,
+    rerank: bool,
+    source_ids: Sequence[str] | None,
 ) -> KnowledgeResult:
     """The best ``top_k`` passages for ``query`` and a trace of how they were found (see module doc).
 
-    The output redaction policy (the engine's, the view's, or this call's) applies to every text that
-    leaves the engine: the passages, names and sections returned, and the passages shown to the judge.
+    The arguments were validated by the engine. ``red`` (the output redaction for this call) applies
+    to every text that leaves the engine: the passages, names and sections returned, and the passages
+    shown to the judge.
     """
-    query = _check(query, top_k, expand, rerank)
-    caller = resolve(principals)  # type: ignore[arg-type]
-    red = engine._redactor(caller, redaction, redaction_secret_key)
-    if source_ids is not None and (isinstance(source_ids, str) or not all(isinstance(s, str) for s in source_ids)):
-        raise InvalidRequest("source_ids must be a list of strings")
-    sql = await engine._ready()
+    services = retriever.services
+    db = await services.db()
     if agent_id is not None:
-        agent_id = await agents.require_agent(sql, agent_id)
-    scope = AgentScope(caller, list(source_ids) if source_ids is not None else None, None, agent_id)
-    config = engine.config
-    models = _Models(config, engine._http_client_factory)
+        agent_id = await agents.require_agent(db, agent_id)
+    scope = ReadScope(caller, list(source_ids) if source_ids is not None else None, None, agent_id)
+    config = services.config
+    models = _Models(config, services.http_client_factory)
     tokens = 0
     try:
         # 1. expand
@@ -159,17 +140,19 @@ async def knowledge_query(
         started = time.perf_counter()
         enumeration = shape.is_enumeration(query)
         limit = config.knowledge.enumeration_candidates if enumeration else config.knowledge.candidates
-        rankings, similarity, vectors = await _search(engine, sql, queries, scope, limit)
-        weights = {leg: config.fusion.weights.get(leg.split(":", 1)[0], 0.0) for leg in rankings}
-        fused = fusion.rrf(rankings, weights, config.fusion.k)
+        retrieval = await retriever.retrieve(queries, scope, limit)
+        rankings = retrieval.rankings()
+        similarity = _best_similarity(retrieval.results.get("vector", []))
+        vectors = retrieval.vectors or []
+        fused = retriever.fuse("rrf", rankings)
         rows: dict[int, dict[str, Any]] = {}
         if enumeration and fused:
-            rows = await repo.fetch_hits(sql, [cid for cid, _ in fused], scope)
+            rows = await repo.fetch_hits(db, [cid for cid, _ in fused], scope)
             listed = [cid for cid, _ in fused if cid in rows and shape.list_like(rows[cid]["text"], rows[cid]["kind"])]
             if listed:
-                rankings["structure"] = listed
-                weights["structure"] = max(config.fusion.weights.get(c, 0.0) for c in CHANNELS)
-                fused = fusion.rrf(rankings, weights, config.fusion.k)
+                rankings[STRUCTURE] = [(cid, 0.0) for cid in listed]
+                strongest = max(retriever.weights()[leg] for leg in retrieval.legs) if retrieval.legs else 0.0
+                fused = retriever.fuse("rrf", rankings, {STRUCTURE: strongest})
         search_ms = _ms(started)
         scores = dict(fused)
         order = [cid for cid, _ in fused]
@@ -188,7 +171,7 @@ async def knowledge_query(
                 pool = order[: max(settings.pool_size, top_k)]
                 missing = [cid for cid in pool if cid not in rows]
                 if missing:
-                    rows.update(await repo.fetch_hits(sql, missing, scope))
+                    rows.update(await repo.fetch_hits(db, missing, scope))
                 pool = [cid for cid in pool if cid in rows]
                 passages = [red.text(rows[cid]["text"]) or "" for cid in pool]
                 reason, judged, used = await _judge(reranker, query, passages, settings)
@@ -209,16 +192,13 @@ async def knowledge_query(
         top = order[:top_k]
         missing = [cid for cid in top if cid not in rows]
         if missing:
-            rows.update(await repo.fetch_hits(sql, missing, scope))
+            rows.update(await repo.fetch_hits(db, missing, scope))
         top = [cid for cid in top if cid in rows]
         unscored = [cid for cid in top if cid not in similarity]
         if unscored and vectors:
-            similarity.update(await _similarity(sql, unscored, vectors, scope))
+            similarity.update(await _similarity(db, unscored, vectors, scope))
         search_ms += _ms(started)
-        found = {
-            channel: {cid for leg, ids in rankings.items() if leg.startswith(channel) for cid in ids}
-            for channel in CHANNELS
-        }
+        found_by = retrieval.found_by()
         matches = [
             KnowledgeMatch(
                 source_id=str(rows[cid]["document_id"]),
@@ -231,7 +211,7 @@ async def knowledge_query(
                 content=shape.clip(red.text(rows[cid]["text"]) or ""),
                 similarity=round(min(1.0, max(0.0, similarity[cid])), 6) if cid in similarity else None,
                 score=round(scores[cid], 6),
-                matched_by=[c for c in CHANNELS if cid in found[c]],
+                matched_by=found_by.get(cid, []),
                 rerank_score=round(rerank_scores[cid], 4) if cid in rerank_scores else None,
             )
             for cid in top
@@ -250,69 +230,30 @@ async def knowledge_query(
         await models.aclose()
 
 
-async def _search(
-    engine: ContextEngine, sql: AsyncEngine, queries: list[str], scope: AgentScope, limit: int
-) -> tuple[dict[str, list[int]], dict[int, float], list[list[float]]]:
-    """(rankings keyed ``fts:i``/``vector:i``, best similarity per chunk, the query vectors)."""
-    cfg, weights = engine.config.search, engine.config.fusion.weights
-    vectors: list[list[float]] = []
-    plan: legs.VectorPlan | None = None
-    if weights.get("vector", 0) > 0:
-        vectors, plan = await asyncio.gather(
-            engine.embedder.embed(list(queries), kind="query"),
-            _plan(engine, sql, scope),
-        )
-    tasks: dict[str, Any] = {}
-    for i, q in enumerate(queries):
-        if weights.get("fts", 0) > 0:
-            tasks[f"fts:{i}"] = engine._fts_leg(sql, q, scope, limit)
-        if plan is not None:
-            tasks[f"vector:{i}"] = legs.vector_leg(sql, vectors[i], scope, limit=limit, plan=plan)
-    results = dict(zip(tasks, await asyncio.gather(*tasks.values()), strict=True))
-    similarity: dict[int, float] = {}
-    rankings: dict[str, list[int]] = {}
-    for leg, pairs in results.items():
-        if leg.startswith("vector") and cfg.vector_floor == "adaptive":
-            floor = query_shape.vector_floor(queries[int(leg.split(":")[1])])
-            pairs = [p for p in pairs if p[1] >= floor]
-        rankings[leg] = [cid for cid, _ in pairs]
-        if leg.startswith("vector"):
-            for cid, sim in pairs:
-                similarity[cid] = max(sim, similarity.get(cid, -1.0))
-    return rankings, similarity, vectors
-
-
-async def _plan(engine: ContextEngine, sql: AsyncEngine, scope: AgentScope) -> legs.VectorPlan:
-    """``legs.plan_vector``; with an agent, its eligible rows are always counted (an exact scan of a
-    small linked slice beats an approximate index post-filtered down to it)."""
-    if scope.agent_id is None:
-        return await engine._plan_vector(sql, scope)
-    threshold = engine.config.storage.ann_exact_threshold
-    params: dict[str, Any] = {"cap": threshold + 1}
-    query = (
-        "SELECT count(*) FROM (SELECT 1 FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
-        f"AND {scope.predicate('c', params)} LIMIT :cap) s"
-    )
-    async with sql.connect() as conn:
-        eligible = int(await conn.scalar(text(query), params) or 0)
-    return legs.VectorPlan("exact" if eligible <= threshold else "ann", eligible)
+def _best_similarity(per_query: list[list[tuple[int, float]]]) -> dict[int, float]:
+    """Each chunk's best cosine similarity over the vector leg's lists (one per query)."""
+    best: dict[int, float] = {}
+    for pairs in per_query:
+        for cid, sim in pairs:
+            best[cid] = max(sim, best.get(cid, -1.0))
+    return best
 
 
 async def _similarity(
-    sql: AsyncEngine, ids: list[int], vectors: list[list[float]], scope: AgentScope
+    db: AsyncEngine, ids: list[int], vectors: list[list[float]], scope: ReadScope
 ) -> dict[int, float]:
     """Best cosine similarity to any query vector, for passages only the full-text channel found."""
     params: dict[str, Any] = {"ids": ids}
     terms = []
     for i, vector in enumerate(vectors):
-        params[f"qv{i}"] = legs.vector_literal(vector)
+        params[f"qv{i}"] = vector_literal(vector)
         terms.append(f"1 - (c.embedding <=> CAST(:qv{i} AS vector))")
     best = terms[0] if len(terms) == 1 else f"GREATEST({', '.join(terms)})"
     query = (
         f"SELECT c.id, {best} FROM ce_chunks c WHERE c.id = ANY(CAST(:ids AS bigint[])) "
         f"AND c.embedding IS NOT NULL AND {scope.predicate('c', params)}"
     )
-    async with sql.connect() as conn:
+    async with db.connect() as conn:
         return {int(r[0]): float(r[1]) for r in (await conn.execute(text(query), params)).all()}
 
 

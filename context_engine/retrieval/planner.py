@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-if TYPE_CHECKING:
-    from context_engine.retrieval.legs import Scope
+from context_engine.storage.predicates import ReadScope
 
 EXACT = "exact"
 ANN = "ann"
@@ -103,7 +102,7 @@ class VectorPlan:
         }
 
 
-def _count_keys(scope: Scope, params: dict[str, Any]) -> tuple[str, str, str]:
+def _count_keys(scope: ReadScope, params: dict[str, Any]) -> tuple[str, str, str]:
     """SQL over ``ce_vector_counts v``: ``(in scope, visible to the caller, rows worth reading)``.
 
     Only the 'all' and 'public' rows (one each per source) and one primary-key probe per principal
@@ -120,7 +119,7 @@ def _count_keys(scope: Scope, params: dict[str, Any]) -> tuple[str, str, str]:
     return in_scope, f"(v.kind = 'public' OR {mine})", f"(v.kind IN ('all', 'public') OR {mine})"
 
 
-async def count_estimate(conn: AsyncConnection, scope: Scope) -> tuple[int, int, bool]:
+async def count_estimate(conn: AsyncConnection, scope: ReadScope) -> tuple[int, int, bool]:
     """``(eligible, total, unfiltered)`` from ``ce_vector_counts``: one indexed read per principal and source.
 
     ``eligible`` is exact for a caller with one principal (or none) and an upper bound when one row
@@ -130,20 +129,20 @@ async def count_estimate(conn: AsyncConnection, scope: Scope) -> tuple[int, int,
     """
     params: dict[str, Any] = {}
     in_scope, visible, keys = _count_keys(scope, params)
-    sql = (
+    statement = (
         "SELECT coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'all'), 0) AS total, "
         f"coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'all' AND {in_scope}), 0) AS scoped, "
         f"coalesce(sum(v.chunks) FILTER (WHERE {visible} AND {in_scope}), 0) AS visible, "
         "coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'public'), 0) AS public "
         f"FROM ce_vector_counts v WHERE {keys}"
     )
-    row = (await conn.execute(text(sql), params)).one()
+    row = (await conn.execute(text(statement), params)).one()
     total, scoped, visible_rows, public = int(row[0]), int(row[1]), int(row[2]), int(row[3])
     unfiltered = scoped == total and (scope.principals is None or public == total)
     return min(visible_rows, scoped), total, unfiltered
 
 
-async def concentration(conn: AsyncConnection, scope: Scope) -> float | None:
+async def concentration(conn: AsyncConnection, scope: ReadScope) -> float | None:
     """How much longer the centroid of the caller's visible vectors is than the centroid of every
     vector in scope, from the sums migration 0007 keeps in ``ce_vector_counts``; ``None`` when
     there is nothing to compare (or the sums are not there).
@@ -155,30 +154,30 @@ async def concentration(conn: AsyncConnection, scope: Scope) -> float | None:
         return None
     params: dict[str, Any] = {}
     in_scope, visible, keys = _count_keys(scope, params)
-    sql = (
+    statement = (
         "SELECT sum(v.chunks) FILTER (WHERE v.kind = 'all'), vector_norm(sum(v.embedding_sum) FILTER "
         f"(WHERE v.kind = 'all')), sum(v.chunks) FILTER (WHERE {visible}), vector_norm(sum(v.embedding_sum) "
         f"FILTER (WHERE {visible})) FROM ce_vector_counts v WHERE {in_scope} AND {keys}"
     )
-    row = (await conn.execute(text(sql), params)).one()
+    row = (await conn.execute(text(statement), params)).one()
     if any(x is None for x in row) or not row[0] or not row[2] or not row[1]:
         return None
     return (float(row[3]) / float(row[2])) / (float(row[1]) / float(row[0]))
 
 
-async def capped_count(conn: AsyncConnection, scope: Scope, cap: int) -> int:
+async def capped_count(conn: AsyncConnection, scope: ReadScope, cap: int) -> int:
     """Eligible rows counted under the shared predicate, stopping at ``cap``: exact, costs O(rows)."""
     params: dict[str, Any] = {"cap": cap}
-    sql = (
+    statement = (
         "SELECT count(*) FROM (SELECT 1 FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
         f"AND {scope.predicate('c', params)} LIMIT :cap) s"
     )
-    return int(await conn.scalar(text(sql), params) or 0)
+    return int(await conn.scalar(text(statement), params) or 0)
 
 
 async def plan_vector(
     db: AsyncEngine,
-    scope: Scope,
+    scope: ReadScope,
     *,
     threshold: int,
     unfiltered_min_rows: int | None = UNFILTERED_ANN_MIN_ROWS,
@@ -202,6 +201,11 @@ async def plan_vector(
     """
     unfiltered = False
     async with db.connect() as conn:
+        if scope.agent_id is not None:
+            # an agent's links are not in the counts: count its slice (exact and cheap when small,
+            # where an index post-filtered down to a few linked documents would miss them)
+            eligible = await capped_count(conn, scope, threshold + 1)
+            return VectorPlan(EXACT if eligible <= threshold else ANN, eligible, None, "capped_count", threshold)
         total: int | None = None
         method = "counts"
         try:

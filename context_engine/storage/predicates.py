@@ -7,6 +7,7 @@ or counted. All values are bound parameters.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -34,3 +35,49 @@ def visibility(
         params["vis_documents"] = [str(d) for d in document_ids]
         parts.append(f"{alias}.{document_column} = ANY(CAST(:vis_documents AS uuid[]))")
     return " AND ".join(parts) if parts else "TRUE"
+
+
+@dataclass(frozen=True)
+class ReadScope:
+    """Who reads and which slice they narrowed to: the input of every read and search leg.
+
+    ``principals=None`` is a trusted caller. ``agent_id`` narrows further to the documents and
+    sources linked to that agent (``ce_agent_links``); links are configuration, so the caller's
+    ACL still applies on top of them.
+    """
+
+    principals: tuple[str, ...] | None
+    source_ids: Sequence[str] | None = None
+    document_ids: Sequence[str] | None = None
+    agent_id: str | None = None
+
+    def predicate(self, alias: str, params: dict[str, Any]) -> str:
+        """The SQL condition on chunk rows under ``alias``; its values are added to ``params``."""
+        base = visibility(
+            alias,
+            params,
+            principals=self.principals,
+            source_ids=self.source_ids,
+            document_ids=self.document_ids,
+        )
+        if self.agent_id is None:
+            return base
+        params["agent_id"] = self.agent_id
+        linked = (
+            f"({alias}.document_id IN (SELECT CAST(l.ref AS uuid) FROM ce_agent_links l "
+            "WHERE l.agent_id = :agent_id AND l.kind = 'document') "
+            f"OR {alias}.source_id IN (SELECT l.ref FROM ce_agent_links l "
+            "WHERE l.agent_id = :agent_id AND l.kind = 'source'))"
+        )
+        return linked if base == "TRUE" else f"{base} AND {linked}"
+
+    def document_predicate(self, alias: str, params: dict[str, Any]) -> str:
+        """The same condition on document rows (``ce_documents``), whose key column is ``id``."""
+        return visibility(
+            alias,
+            params,
+            principals=self.principals,
+            source_ids=self.source_ids,
+            document_ids=self.document_ids,
+            document_column="id",
+        )

@@ -11,8 +11,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from context_engine.retrieval import bm25
-from context_engine.retrieval.legs import Scope, vector_literal
+from context_engine.storage import bm25_stats
+from context_engine.storage.predicates import ReadScope
+from context_engine.storage.vectors import vector_literal
 
 _DOC_COLUMNS = (
     "id, name, source_id, mime, acl, attributes, status, failure_reason, error, version, "
@@ -315,7 +316,7 @@ async def write_document(
         ),
         {"id": doc_id, "v": version},
     )
-    await bm25.replace_version(conn, doc_id, version)
+    await bm25_stats.replace_version(conn, doc_id, version)
     # close the previous version's chunks only now: the copies above read from them
     await conn.execute(
         text(
@@ -372,20 +373,13 @@ async def write_failed(
     return doc_id, revision
 
 
-def _doc_scope(scope: Scope, params: dict[str, Any]) -> str:
-    from context_engine.storage.predicates import visibility
-
-    return visibility(
-        "d",
-        params,
-        principals=scope.principals,
-        source_ids=scope.source_ids,
-        document_ids=scope.document_ids,
-        document_column="id",
-    )
+def _doc_scope(scope: ReadScope, params: dict[str, Any]) -> str:
+    return scope.document_predicate("d", params)
 
 
-async def get_document(db: AsyncEngine, document_id: str, scope: Scope, *, with_text: bool) -> dict[str, Any] | None:
+async def get_document(
+    db: AsyncEngine, document_id: str, scope: ReadScope, *, with_text: bool
+) -> dict[str, Any] | None:
     params: dict[str, Any] = {"id": document_id}
     cols = _DOC_COLUMNS + (", text" if with_text else "")
     sql = f"SELECT {cols} FROM ce_documents d WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)}"
@@ -395,7 +389,7 @@ async def get_document(db: AsyncEngine, document_id: str, scope: Scope, *, with_
 
 
 async def list_documents(
-    db: AsyncEngine, scope: Scope, *, limit: int, after: tuple[str, str] | None
+    db: AsyncEngine, scope: ReadScope, *, limit: int, after: tuple[str, str] | None
 ) -> list[dict[str, Any]]:
     params: dict[str, Any] = {"limit": limit}
     where = _doc_scope(scope, params)
@@ -410,7 +404,7 @@ async def list_documents(
 async def update_document(
     db: AsyncEngine,
     document_id: str,
-    scope: Scope,
+    scope: ReadScope,
     *,
     acl: Sequence[str] | None,
     attributes: dict[str, Any] | None,
@@ -434,12 +428,12 @@ async def update_document(
         if acl is not None:
             sets.append("acl = CAST(:acl AS text[])")
             values["acl"] = list(acl)
-            await bm25.retract(conn, document_id)
+            await bm25_stats.retract(conn, document_id)
             # every version keeps the document's current ACL, so no older version leaks
             await conn.execute(
                 text("UPDATE ce_chunks SET acl = CAST(:acl AS text[]) WHERE document_id = CAST(:id AS uuid)"), values
             )
-            await bm25.admit(conn, document_id)
+            await bm25_stats.admit(conn, document_id)
         if attributes is not None:
             sets.append("attributes = CAST(:attr AS jsonb)")
             values["attr"] = json.dumps(attributes)
@@ -457,7 +451,7 @@ async def update_document(
         return revision
 
 
-async def delete_document(db: AsyncEngine, document_id: str, scope: Scope) -> int | None:
+async def delete_document(db: AsyncEngine, document_id: str, scope: ReadScope) -> int | None:
     """Remove from the next revision on; earlier revisions keep their versions and chunks."""
     async with db.begin() as conn:
         params: dict[str, Any] = {"id": document_id}
@@ -472,7 +466,7 @@ async def delete_document(db: AsyncEngine, document_id: str, scope: Scope) -> in
             return None
         revision = await next_revision(conn)
         values = {"id": document_id, "r": revision}
-        await bm25.retract(conn, document_id)
+        await bm25_stats.retract(conn, document_id)
         await conn.execute(
             text("UPDATE ce_chunks SET valid_to = :r WHERE document_id = CAST(:id AS uuid) AND valid_to IS NULL"),
             values,
@@ -488,7 +482,7 @@ async def delete_document(db: AsyncEngine, document_id: str, scope: Scope) -> in
         return revision
 
 
-async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: Scope) -> dict[int, dict[str, Any]]:
+async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> dict[int, dict[str, Any]]:
     """Load the fused winners (the predicate is applied again: cheap, and never trusts ids)."""
     if not ids:
         return {}
@@ -502,7 +496,7 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: Scope) -> dict[
         return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
 
 
-async def stats(db: AsyncEngine, scope: Scope) -> dict[str, Any]:
+async def stats(db: AsyncEngine, scope: ReadScope) -> dict[str, Any]:
     params: dict[str, Any] = {}
     where = _doc_scope(scope, params)
     async with db.connect() as conn:

@@ -1,0 +1,92 @@
+"""The vector leg: cosine similarity over pgvector, exact or through the HNSW index as planned."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from context_engine.retrieval import planner, query_shape
+from context_engine.retrieval.planner import VectorPlan
+from context_engine.storage.predicates import ReadScope
+from context_engine.storage.vectors import vector_literal
+
+if TYPE_CHECKING:
+    from context_engine.config import ContextEngineConfig
+    from context_engine.retrieval.retriever import Search
+
+
+async def vector_leg(
+    db: AsyncEngine, query_vector: Sequence[float], scope: ReadScope, *, limit: int, plan: VectorPlan
+) -> list[tuple[int, float]]:
+    """Cosine similarity under ``plan``, which this leg forces.
+
+    ``exact`` orders by an expression the index cannot serve, so Postgres scans the eligible rows
+    (GIN bitmap or sequential) and sorts them. ``ann`` runs a forced, iterative HNSW scan; when it
+    comes back with fewer than ``limit`` rows while the estimate says more rows exist, its budget ran
+    out among rows the caller may not see, and the leg re-runs exactly (``plan.fallback``).
+    """
+    params: dict[str, Any] = {"qv": vector_literal(query_vector), "limit": limit}
+    predicate = scope.predicate("c", params)
+
+    def query(order: str) -> Any:
+        return text(
+            "SELECT c.id, 1 - (c.embedding <=> CAST(:qv AS vector)) AS sim FROM ce_chunks c "
+            f"WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL AND {predicate} ORDER BY {order} LIMIT :limit"
+        )
+
+    if plan.plan == planner.ANN:
+        settings = plan.settings if plan.settings is not None else planner.ann_settings(plan, limit)
+        values: dict[str, str] = {}
+        for i, (name, value) in enumerate(settings.items()):
+            values[f"g{i}"], values[f"s{i}"] = name, value
+        gucs = ", ".join(f"set_config(:g{i}, :s{i}, true)" for i in range(len(settings)))
+        async with db.begin() as conn:  # transaction-local settings, one round trip
+            await conn.execute(text(f"SELECT {gucs}"), values)
+            rows = (await conn.execute(query("c.embedding <=> CAST(:qv AS vector)"), params)).all()
+        if len(rows) >= limit or not plan.allow_fallback or (plan.eligible is not None and plan.eligible <= len(rows)):
+            pairs = [(int(r[0]), float(r[1])) for r in rows]
+            pairs.sort(key=lambda p: (-p[1], p[0]))  # relaxed order returns near-sorted rows
+            return pairs
+        plan.fallback = True
+    async with db.connect() as conn:
+        rows = (await conn.execute(query("(c.embedding <=> CAST(:qv AS vector)) + 0"), params)).all()
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+async def plan_for(db: AsyncEngine, scope: ReadScope, config: ContextEngineConfig) -> VectorPlan:
+    """The planner's choice under ``storage.ann_*``; see :func:`planner.plan_vector`."""
+    storage = config.storage
+    return await planner.plan_vector(
+        db,
+        scope,
+        threshold=storage.ann_exact_threshold,
+        unfiltered_min_rows=storage.ann_unfiltered_min_rows,
+        spread_min_share=storage.ann_spread_min_share,
+    )
+
+
+class VectorLeg:
+    """``vector``: the query embedded by the configured model, matched by cosine similarity."""
+
+    name = "vector"
+    default_weight = 1.0
+
+    def applies(self, query: str, config: ContextEngineConfig) -> bool:
+        return True
+
+    async def run(self, search: Search, index: int) -> list[tuple[int, float]]:
+        config = search.services.config
+        vectors, plan = await asyncio.gather(
+            search.vectors(),
+            search.once("vector_plan", lambda: plan_for(search.db, search.scope, config)),
+        )
+        found = await vector_leg(search.db, vectors[index], search.scope, limit=search.limit, plan=plan)
+        search.usage["vector_plan"] = plan.usage()
+        if config.search.vector_floor == "adaptive":
+            floor = query_shape.vector_floor(search.queries[index])
+            found = [pair for pair in found if pair[1] >= floor]
+        return found

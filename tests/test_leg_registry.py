@@ -1,0 +1,122 @@
+"""A search leg is one module and one ``register`` call: a leg defined here, in a test module,
+shows in ``POST /search`` and ``POST /knowledge/query`` (``matched_by``, ``usage``) with no other file
+edited, reads under the caller's ACL like the built-in legs, and is weighted like them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import text
+
+from context_engine import TRUSTED, ContextEngine
+from context_engine.config import ContextEngineConfig
+from context_engine.retrieval import registry
+from context_engine.retrieval.retriever import Search
+from tests.conftest import make_config
+
+
+class DocumentNameLeg:
+    """Finds the chunks of documents whose name contains a word of the query."""
+
+    name = "doc_name"
+    default_weight = 1.0
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def applies(self, query: str, config: ContextEngineConfig) -> bool:
+        return True
+
+    async def run(self, search: Search, index: int) -> list[tuple[int, float]]:
+        query = search.queries[index]
+        self.queries.append(query)
+        words = [w.lower() for w in query.split() if len(w) > 3]
+        params: dict[str, Any] = {"words": words, "limit": search.limit}
+        statement = (
+            "SELECT c.id, 1.0 FROM ce_chunks c JOIN ce_documents d ON d.id = c.document_id "
+            "WHERE c.valid_to IS NULL AND lower(d.name) LIKE ANY (SELECT '%' || w || '%' FROM unnest("
+            f"CAST(:words AS text[])) w) AND {search.scope.predicate('c', params)} ORDER BY c.id LIMIT :limit"
+        )
+        async with search.db.connect() as conn:
+            rows = (await conn.execute(text(statement), params)).all()
+        search.usage["doc_name"] = {"words": len(words), "rows": len(rows)}
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+
+@pytest.fixture
+def toy_leg() -> Iterator[DocumentNameLeg]:
+    leg = DocumentNameLeg()
+    registry.register(leg)
+    try:
+        yield leg
+    finally:
+        registry.unregister(leg.name)
+
+
+@pytest.fixture
+async def client(database_url: str, toy_leg: DocumentNameLeg) -> AsyncIterator[httpx.AsyncClient]:
+    from adapters.fastapi import create_router
+
+    async with ContextEngine(make_config(database_url)) as engine:
+        await engine.ingest(text="Quarterly figures for the board.", name="penguins.md", acl=["team:a"])
+        await engine.ingest(text="Penguin colonies nest on rocky shores.", name="birds.md", acl=["team:a"])
+        await engine.ingest(text="Secret penguin plans.", name="penguins-secret.md", acl=["team:b"])
+        app = FastAPI()
+        app.include_router(
+            create_router(
+                engine,
+                auth=lambda request: True,
+                principals=lambda request: [request.headers.get("x-team", "nobody")],
+            )
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            yield http
+
+
+async def test_a_registered_leg_serves_search_and_knowledge_routes(
+    client: httpx.AsyncClient, toy_leg: DocumentNameLeg
+) -> None:
+    found = await client.post("/search", json={"query": "penguins"}, headers={"x-team": "team:a"})
+    assert found.status_code == 200, found.text
+    body = found.json()
+    assert "doc_name" in body["usage"]["legs"] and body["usage"]["leg_hits"]["doc_name"] == 1
+    assert body["usage"]["doc_name"] == {"words": 1, "rows": 1}
+    named = [hit for hit in body["hits"] if hit["document_name"] == "penguins.md"]
+    # the board text has no penguin in it: the full-text leg missed it, the toy leg found it by name
+    assert named and "doc_name" in named[0]["matched_by"] and "fts" not in named[0]["matched_by"]
+    # the leg read under the caller's ACL: team:b's document was neither matched nor counted
+    assert all(hit["document_name"] != "penguins-secret.md" for hit in body["hits"])
+
+    answered = await client.post(
+        "/knowledge/query",
+        json={"query": "penguins", "expand": False, "rerank": False},
+        headers={"x-team": "team:a"},
+    )
+    assert answered.status_code == 200, answered.text
+    matches = answered.json()["matches"]
+    by_name = {m["sourceName"]: m["matchedBy"] for m in matches}
+    assert "doc_name" in by_name["penguins.md"] and "fts" not in by_name["penguins.md"]
+    assert "penguins-secret.md" not in by_name
+    assert toy_leg.queries == ["penguins", "penguins"]
+
+
+async def test_a_leg_is_weighted_and_switched_off_like_the_others(database_url: str, toy_leg: DocumentNameLeg) -> None:
+    config = make_config(database_url, fusion={"weights": {"doc_name": 0.0}})
+    assert config.fusion.weights["doc_name"] == 0.0
+    async with ContextEngine(config) as engine:
+        await engine.ingest(text="Quarterly figures for the board.", name="penguins.md")
+        result = await engine.search("penguins", principals=TRUSTED)
+    assert "doc_name" not in result.usage["legs"] and toy_leg.queries == []
+
+
+def test_unknown_leg_names_and_duplicate_registrations_are_refused(toy_leg: DocumentNameLeg) -> None:
+    with pytest.raises(ValueError, match="no search leg is named 'vectr'"):
+        ContextEngineConfig(fusion={"weights": {"vectr": 1.0}})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(DocumentNameLeg())
+    assert registry.names()[:3] == ["fts", "trigram", "vector"] and "doc_name" in registry.names()

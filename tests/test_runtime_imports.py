@@ -1,0 +1,24 @@
+"""What ``import context_engine`` and the mounts load: no web framework in the library, and the
+BEIR evaluation harness (numpy baselines, dataset readers) only for ``context-engine eval``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _loaded_after(statement: str) -> set[str]:
+    probe = f"import sys; {statement}; print('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_the_library_imports_no_web_framework_and_no_harness() -> None:
+    loaded = _loaded_after("import context_engine")
+    assert not {"fastapi", "flask", "django", "starlette"} & loaded
+    assert "context_engine.evaluation" not in loaded
+
+
+def test_the_mounts_do_not_load_the_harness() -> None:
+    loaded = _loaded_after("import routing_core, adapters.fastapi, adapters.flask, adapters.django")
+    assert "routing_core.router" in loaded and "context_engine.evaluation" not in loaded
