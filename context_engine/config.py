@@ -125,6 +125,10 @@ class SearchConfig(BaseModel):
     vector_floor: Literal["adaptive"] | None = None
     #: upper bound accepted for ``top_k``
     max_top_k: int = Field(default=100, ge=1, le=1000)
+    #: upper bound accepted for ``top_k`` when results are grouped by document
+    max_top_documents: int = Field(default=1000, ge=1, le=10000)
+    #: passages returned with each document of a ``group_by="document"`` search
+    passages_per_document: int = Field(default=3, ge=1, le=50)
 
 
 class FusionConfig(BaseModel):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
@@ -33,7 +32,6 @@ from context_engine.models import (
     Document,
     DocumentPage,
     DocumentReport,
-    Hit,
     IngestReport,
     SearchResult,
     Stats,
@@ -42,6 +40,7 @@ from context_engine.principals import TRUSTED, holds_acl, resolve
 from context_engine.redaction import RedactionPolicy
 from context_engine.redaction.apply import IngestScrubber, Redactor, effective_key
 from context_engine.retrieval.retriever import Retriever
+from context_engine.retrieval.search import search as run_search
 from context_engine.services import HttpClientFactory, Services
 from context_engine.storage import repository as repo
 from context_engine.storage.predicates import ReadScope
@@ -208,58 +207,26 @@ class ContextEngine:
         document_ids: Sequence[str] | None = None,
         principals: Iterable[str] | object | None = None,
         top_k: int = 10,
+        group_by: str = "chunk",
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
     ) -> SearchResult:
         """Hybrid search: every registered leg (full-text, trigram, vector, ...) fused by ``fusion.method``.
 
+        ``group_by="document"`` counts distinct documents in ``top_k`` (up to
+        ``search.max_top_documents``), each with its best passages (``SearchResult.documents``).
         Hits are redacted by the output policy (the engine's, the view's, or this call's)
         before they are returned.
         """
-        started = time.perf_counter()
         query = _check_query(query)
-        top_k = _check_top_k(top_k, self.config.search.max_top_k)
+        if group_by not in ("chunk", "document"):
+            raise InvalidRequest('group_by must be "chunk" (passages) or "document"')
+        cfg = self.config.search
+        top_k = _check_top_k(top_k, cfg.max_top_documents if group_by == "document" else cfg.max_top_k)
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
         scope = ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids))
-        retrieval = await self._retriever.retrieve([query], scope, max(self.config.search.candidates, top_k))
-        results = retrieval.for_query(0)
-        timings = retrieval.timings
-        t0 = time.perf_counter()
-        ranked = self._retriever.fuse(self.config.fusion.method, results)
-        fused = ranked[:top_k]
-        rows = await repo.fetch_hits(await self._ready(), [i for i, _ in fused], scope)
-        similarity = dict(results.get("vector", []))
-        found_by = retrieval.found_by()
-        hits = [
-            Hit(
-                document_id=str(row["document_id"]),
-                document_name=red.text(row["document_name"]),
-                chunk_text=red.text(row["text"]),
-                score=round(score, 6),
-                source_id=row["source_id"],
-                chunk_idx=row["position"],
-                chunk_id=cid,
-                section=red.text(row["section"]),
-                page=row["page"],
-                matched_by=found_by.get(cid, []),
-                similarity=round(similarity[cid], 6) if cid in similarity else None,
-            )
-            for cid, score in fused
-            if (row := rows.get(cid)) is not None
-        ]
-        timings["fuse"] = round((time.perf_counter() - t0) * 1000, 2)
-        timings["total"] = round((time.perf_counter() - started) * 1000, 2)
-        usage: dict[str, Any] = {
-            "kind": "search",
-            "legs": list(results),
-            "leg_hits": {leg: len(pairs) for leg, pairs in results.items()},
-            "candidates": len(ranked),
-            "fusion": self.config.fusion.method,
-            "timings_ms": timings,
-        }
-        usage.update(retrieval.usage)
-        return SearchResult(hits=hits, usage=usage)
+        return await run_search(self._retriever, red, query, scope, top_k=top_k, group_by=group_by)
 
     # ------------------------------------------------------------------ documents
     async def get_document(

@@ -46,9 +46,26 @@ class Hit(BaseModel):
     similarity: float | None = None
 
 
+class DocumentHit(BaseModel):
+    """One document of a ``group_by="document"`` search: its best passages and its score."""
+
+    document_id: str
+    document_name: str
+    source_id: str
+    #: the fused score of its best passage
+    score: float
+    #: legs that found any of its passages, in registry order
+    matched_by: list[str] = Field(default_factory=list)
+    #: its best passages, best first (at most ``search.passages_per_document``)
+    passages: list[Hit]
+
+
 class SearchResult(BaseModel):
+    #: the best passages (for ``group_by="document"``, the passages of ``documents`` in their order)
     hits: list[Hit]
     usage: dict[str, Any]
+    #: only for ``group_by="document"``: the best documents, ``top_k`` of them at most
+    documents: list[DocumentHit] | None = None
 
 
 class DocumentReport(BaseModel):

@@ -496,6 +496,19 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
         return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
 
 
+async def chunk_documents(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> dict[int, str]:
+    """The document of each chunk, for grouping candidates (the predicate is applied again)."""
+    if not ids:
+        return {}
+    params: dict[str, Any] = {"ids": list(ids)}
+    statement = (
+        "SELECT c.id, c.document_id FROM ce_chunks c "
+        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND c.valid_to IS NULL AND {scope.predicate('c', params)}"
+    )
+    async with db.connect() as conn:
+        return {int(r[0]): str(r[1]) for r in (await conn.execute(text(statement), params)).all()}
+
+
 async def stats(db: AsyncEngine, scope: ReadScope) -> dict[str, Any]:
     params: dict[str, Any] = {}
     where = _doc_scope(scope, params)

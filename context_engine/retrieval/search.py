@@ -1,0 +1,136 @@
+"""``engine.search`` behind the front door: retrieve, fuse, load the winners, redact, report.
+
+Passages (the default) or documents (``group_by="document"``): a document search counts distinct
+documents in ``top_k``, scores each by its best passage and returns its best passages with it.
+Candidates are taken per leg as for passages; when the fused candidates hold fewer than ``top_k``
+documents while some leg came back full (so more may exist), the per-leg depth doubles and the
+legs run again, up to ``MAX_DOCUMENT_DEPTH`` candidates per leg.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from context_engine.models import DocumentHit, Hit, SearchResult
+from context_engine.redaction.apply import Redactor
+from context_engine.retrieval import registry
+from context_engine.retrieval.retriever import Retrieval, Retriever
+from context_engine.storage import repository as repo
+from context_engine.storage.predicates import ReadScope
+
+#: the deepest a document search asks any leg for (candidates per leg)
+MAX_DOCUMENT_DEPTH = 20_000
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)
+
+
+async def search(
+    retriever: Retriever,
+    red: Redactor,
+    query: str,
+    scope: ReadScope,
+    *,
+    top_k: int,
+    group_by: str,
+) -> SearchResult:
+    """The fused, redacted answer; inputs were validated by the engine."""
+    started = time.perf_counter()
+    config = retriever.services.config
+    method = config.fusion.method
+    db = await retriever.services.db()
+    if group_by == "document":
+        depth = max(config.search.candidates, 2 * top_k)
+        while True:
+            retrieval = await retriever.retrieve([query], scope, depth)
+            results = retrieval.for_query(0)
+            ranked = retriever.fuse(method, results)
+            owner = await repo.chunk_documents(db, [cid for cid, _ in ranked], scope)
+            order: dict[str, list[tuple[int, float]]] = {}
+            for cid, score in ranked:
+                if cid in owner:
+                    order.setdefault(owner[cid], []).append((cid, score))
+            full = any(len(pairs) >= depth for pairs in results.values())
+            if len(order) >= top_k or not full or depth >= MAX_DOCUMENT_DEPTH:
+                break
+            depth = min(2 * depth, MAX_DOCUMENT_DEPTH)
+        per_document = config.search.passages_per_document
+        chosen = list(order.items())[:top_k]
+        fused = [pair for _, pairs in chosen for pair in pairs[:per_document]]
+    else:
+        depth = max(config.search.candidates, top_k)
+        retrieval = await retriever.retrieve([query], scope, depth)
+        results = retrieval.for_query(0)
+        ranked = retriever.fuse(method, results)
+        fused = ranked[:top_k]
+    t0 = time.perf_counter()
+    hits = await _hits(db, red, retrieval, fused, scope)
+    documents = _documents(hits) if group_by == "document" else None
+    timings = retrieval.timings
+    timings["fuse"] = _ms(t0)
+    timings["total"] = _ms(started)
+    usage: dict[str, Any] = {
+        "kind": "search",
+        "legs": list(results),
+        "leg_hits": {leg: len(pairs) for leg, pairs in results.items()},
+        "candidates": len(ranked),
+        "fusion": method,
+        "timings_ms": timings,
+    }
+    if group_by == "document":
+        usage["group_by"] = {"documents": len(documents or []), "depth": depth}
+    usage.update(retrieval.usage)
+    return SearchResult(hits=hits, usage=usage, documents=documents)
+
+
+async def _hits(
+    db: Any, red: Redactor, retrieval: Retrieval, fused: list[tuple[int, float]], scope: ReadScope
+) -> list[Hit]:
+    rows = await repo.fetch_hits(db, [cid for cid, _ in fused], scope)
+    similarity = dict(retrieval.for_query(0).get("vector", []))
+    found_by = retrieval.found_by()
+    return [
+        Hit(
+            document_id=str(row["document_id"]),
+            document_name=red.text(row["document_name"]),
+            chunk_text=red.text(row["text"]),
+            score=round(score, 6),
+            source_id=row["source_id"],
+            chunk_idx=row["position"],
+            chunk_id=cid,
+            section=red.text(row["section"]),
+            page=row["page"],
+            matched_by=found_by.get(cid, []),
+            similarity=round(similarity[cid], 6) if cid in similarity else None,
+        )
+        for cid, score in fused
+        if (row := rows.get(cid)) is not None
+    ]
+
+
+def _documents(hits: list[Hit]) -> list[DocumentHit]:
+    """Hits grouped by document in the order they arrive (best document first, best passage first)."""
+    grouped: dict[str, list[Hit]] = {}
+    for hit in hits:
+        grouped.setdefault(hit.document_id, []).append(hit)
+    names = registry.names()
+    documents = []
+    for passages in grouped.values():
+        legs: list[str] = []
+        for hit in passages:
+            legs.extend(leg for leg in hit.matched_by if leg not in legs)
+        first = passages[0]
+        documents.append(
+            DocumentHit(
+                document_id=first.document_id,
+                document_name=first.document_name,
+                source_id=first.source_id,
+                score=first.score,
+                matched_by=sorted(legs, key=lambda leg: names.index(leg) if leg in names else len(names)),
+                passages=passages,
+            )
+        )
+    return documents
+
