@@ -57,7 +57,7 @@ from context_engine.evaluation import (
     run_queries,
     score_run,
 )
-from context_engine.ingest.pipeline import prepare
+from context_engine.ingest.pipeline import chunk_stream, prepare
 from context_engine.principals import TRUSTED
 from context_engine.retrieval import fusion, query_shape
 from context_engine.storage import embedded
@@ -107,6 +107,13 @@ def engine_config(url: str, text_search_config: str, **search: Any) -> ContextEn
     )
 
 
+def _chunk_texts(markdown: str, name: str, budget: int, model: LocalEmbedder) -> list[str]:
+    """The chunk texts the engine will embed for one document (the ingest pipeline's own passes)."""
+    streamed = chunk_stream(markdown.encode(), name, "text/markdown", budget, model.count_tokens, None)
+    prepared = prepare(streamed, model.count_tokens, hold=1_000_000)
+    return [chunk.text for chunk in prepared.chunks or []]
+
+
 async def cached_embedders(
     dataset: BeirDataset, config: ContextEngineConfig
 ) -> tuple[CachingEmbedder, CachingEmbedder]:
@@ -125,10 +132,7 @@ async def cached_embedders(
     )
     texts: list[str] = []
     for doc_id, (title, body) in dataset.corpus.items():
-        prepared = await asyncio.to_thread(
-            prepare, document_markdown(title, body).encode(), doc_id, "text/markdown", budget, inner.count_tokens, None
-        )
-        texts.extend(c.text for c in prepared.chunks)
+        texts.extend(await asyncio.to_thread(_chunk_texts, document_markdown(title, body), doc_id, budget, inner))
     log(f"chunks: {len(texts)}; cached vectors: {len(chunks)}")
     started = time.perf_counter()
     embedded_now = await chunks.warm(texts, progress=progress)
