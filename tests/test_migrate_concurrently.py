@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine import TRUSTED, ContextEngine
+from context_engine.cli import main as cli_main
 from context_engine.storage.concurrent_index import IndexBuildFailed
 from context_engine.storage.database import to_driver_url
 from context_engine.storage.migrate import migrate
@@ -199,3 +200,17 @@ async def test_a_failed_build_names_the_index_and_is_finished_by_the_next_run(
     report = await migrate(sql, dim=4, announce=lambda line: None)
     assert report.applied == ["0003_agents"] and report.indexes_built == ["ix_ce_agent_links_ref"]
     assert _index_state(database_url, "ix_ce_agent_links_ref") == (True, None)
+
+
+def test_cli_migrate_prints_one_line_per_index_it_builds(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["migrate", "--database-url", database_url, "--dim", "6"]) == 0
+    captured = capsys.readouterr()
+    built = [line.split()[2] for line in captured.err.splitlines() if line.startswith("building index ")]
+    assert built == ["ix_ce_agent_links_ref", "ix_ce_chunks_embedding_next"]  # 0003 and 0006, in order
+    assert "0006_hnsw_graph" in captured.out
+
+    assert cli_main(["migrate", "--database-url", database_url, "--dim", "6"]) == 0
+    assert "index" not in capsys.readouterr().err  # nothing to build, nothing announced
+
+    assert cli_main(["migrate", "--database-url", database_url, "--dim", "6", "--graph"]) == 1
+    assert "migrate --graph: graph mode" in capsys.readouterr().err

@@ -92,7 +92,7 @@ async def build(conn: AsyncConnection, step: IndexBuild, announce: Announce) -> 
         await conn.exec_driver_sql(step.statement)
     except DBAPIError as exc:
         raise IndexBuildFailed(
-            f"building index {step.index} on {step.table} failed ({_cause(exc)}); {await _clean_up(conn, step)}",
+            f"building index {step.index} on {step.table} failed ({server_reason(exc)}); {await _clean_up(conn, step)}",
             details={"index": step.index, "table": step.table},
         ) from exc
     return True
@@ -108,7 +108,7 @@ async def _clean_up(conn: AsyncConnection, step: IndexBuild) -> str:
         return "its partial copy could not be dropped now; the next migrate drops and rebuilds it"
 
 
-def _cause(exc: DBAPIError) -> str:
+def server_reason(exc: DBAPIError) -> str:
     """The server's one-line reason (never the DETAIL line, which can quote row values)."""
     diag = getattr(exc.orig, "diag", None)
     primary = getattr(diag, "message_primary", None)

@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from context_engine.errors import ConfigError, DimensionMismatch
+from context_engine.errors import ConfigError, ContextEngineError, DimensionMismatch
 from context_engine.storage import concurrent_index
 from context_engine.storage.concurrent_index import Announce
+from context_engine.storage.extensions import check_extensions
 
 _LOCK_ID = 0x43455F4D  # "CE_M"
 _LOCK_POLL_SECONDS = 0.2
@@ -49,6 +51,13 @@ def migrations_dir() -> Path:
 
 def revision_files() -> list[Path]:
     return sorted(p for p in migrations_dir().glob("[0-9][0-9][0-9][0-9]_*.sql"))
+
+
+class MigrationFailed(ContextEngineError):
+    """A revision's statement failed; the revisions before it stay applied and re-running repeats it."""
+
+    code = "migration_failed"
+    status = 500
 
 
 @dataclass
@@ -90,6 +99,7 @@ async def migrate(
         await conn.execution_options(isolation_level="AUTOCOMMIT")
         await _lock(conn)
         try:
+            await check_extensions(conn)
             locked_dim = await _meta(conn, "embedding_dim")
             if locked_dim is not None and int(locked_dim) != dim:
                 raise DimensionMismatch(
@@ -149,11 +159,18 @@ class _Runner:
             if step.concurrent:
                 await self._concurrent(step.statements[0])
                 continue
-            async with self._transaction():
-                for statement in step.statements:
-                    await self.conn.exec_driver_sql(statement)
-                if number == len(steps):
-                    await self._record(revision)
+            try:
+                async with self._transaction():
+                    for statement in step.statements:
+                        await self.conn.exec_driver_sql(statement)
+                    if number == len(steps):
+                        await self._record(revision)
+            except DBAPIError as exc:
+                raise MigrationFailed(
+                    f"revision {revision} failed ({concurrent_index.server_reason(exc)}); the revisions before it "
+                    "are applied and it is not recorded: fix the cause and run migrate again",
+                    details={"revision": revision},
+                ) from exc
         if not last_in_transaction:
             async with self._transaction():
                 await self._record(revision)
