@@ -178,3 +178,8 @@ async def test_extensions_installed_in_their_own_schema(database_url: str) -> No
     assert found["typo"].hits[0].document_name == "leave"  # type: ignore[attr-defined]
     assert found["typo"].usage["leg_hits"]["trigram"] >= 1  # type: ignore[attr-defined]
     assert found["words"].usage["leg_hits"]["vector"] >= 1  # type: ignore[attr-defined]
+
+
+def test_pgvector_versions_compare_numerically() -> None:
+    assert version_tuple("0.7.4") < MIN_PGVECTOR <= version_tuple("0.8.0") < version_tuple("0.10.1")
+    assert version_tuple("0.8.0-dev") == (0, 8)  # a suffixed part ends the comparison

@@ -214,3 +214,16 @@ def test_cli_migrate_prints_one_line_per_index_it_builds(database_url: str, caps
 
     assert cli_main(["migrate", "--database-url", database_url, "--dim", "6", "--graph"]) == 1
     assert "migrate --graph: graph mode" in capsys.readouterr().err
+
+
+def test_a_failing_revision_is_named_without_a_traceback(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table of ours already there with other columns: 0001 fails, says so, and records nothing."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ce_documents (id integer)")
+    assert cli_main(["migrate", "--database-url", database_url, "--dim", "6"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: revision 0001_initial failed (column \"source_id\" does not exist [SQLSTATE 42703])")
+    assert "run migrate again" in err and "Traceback" not in err
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM ce_schema_migrations").fetchone() == (0,)
+        assert conn.execute("SELECT to_regclass('ce_chunks')").fetchone() == (None,)  # the revision rolled back
