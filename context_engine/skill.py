@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from context_engine.errors import ContextEngineError
 
@@ -46,7 +46,7 @@ class SkillPathUnusable(ContextEngineError):
 @dataclass(frozen=True)
 class Installed:
     path: Path
-    action: str  # "created", "updated", "replaced" (--force) or "unchanged"
+    action: Literal["created", "updated", "replaced", "unchanged"]  # "replaced": an edited file, with --force
 
 
 def skill_text() -> str:
@@ -77,7 +77,7 @@ def skill_path(*, global_: bool, project_dir: Path | None = None, home: Path | N
 def install(path: Path, *, force: bool = False) -> Installed:
     """Write the skill to ``path``, refusing to replace an edited file unless ``force``."""
     wanted = stamped(skill_text())
-    action = "created"
+    action: Literal["created", "updated", "replaced"] = "created"
     if path.exists() or path.is_symlink():
         if not path.is_file():
             raise SkillPathUnusable(f"{path} exists and is not a regular file; remove it to install the skill there")
