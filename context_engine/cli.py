@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from context_engine import skill
 from context_engine.config import ContextEngineConfig
 
 DESCRIPTION = """\
@@ -52,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="full-text configuration, locked on first run (default: search.text_search_config)",
     )
+    mig.add_argument("--graph", action="store_true", help="reserved for the graph tables (not available yet)")
 
     ing = sub.add_parser("ingest", help="ingest files and folders")
     ing.add_argument("paths", nargs="+", type=Path, help="files or folders (folders are walked)")
@@ -94,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--queries", type=int, default=20, help="stored vectors used as queries (default 20)")
     exp.add_argument("--max-acls", type=int, default=20, help="ACL values checked, smallest first (default 20)")
     exp.add_argument("--threshold", type=int, help="the library's exact/approximate crossover (default: config)")
+    skill.add_parser(sub)
     return parser
 
 
@@ -114,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_eval(args))
         if args.command == "check-acl-exposure":
             return asyncio.run(_check_acl_exposure(args))
+        if args.command == "install-skill":
+            return skill.run(args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -190,6 +195,8 @@ async def _migrate(args: argparse.Namespace) -> int:
     from context_engine.storage.database import Database
     from context_engine.storage.migrate import migrate
 
+    if args.graph:
+        raise ValueError("migrate --graph: graph mode (entity, relationship and community tables) is not available yet")
     config = _config(args.database_url)
     dim = args.dim or config.embedding.dim or build_embedder(config.embedding).dim
     db = Database(config)

@@ -12,5 +12,6 @@ CREATE TABLE IF NOT EXISTS ce_agent_links (
     PRIMARY KEY (agent_id, kind, ref)
 );
 
--- "which agents use this document/collection" (unlinking on delete, audits)
-CREATE INDEX IF NOT EXISTS ix_ce_agent_links_ref ON ce_agent_links (kind, ref);
+-- "which agents use this document/collection" (unlinking on delete, audits). Built concurrently, as
+-- every index added after the initial schema is, so migrating never locks writers out.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_ce_agent_links_ref ON ce_agent_links (kind, ref);

@@ -1,22 +1,40 @@
 """Ordered, idempotent schema revisions with a locked embedding width.
 
-Each revision file runs in its own transaction, so a failure part-way leaves the earlier
-revisions applied and nothing of the failed one; running ``migrate`` again is the repair.
-A session-level advisory lock serialises concurrent runs (two processes starting at once).
+A revision file's statements run in transactions, except ``... CONCURRENTLY`` statements, which
+Postgres refuses inside one: every index added after the initial schema is written as
+``CREATE INDEX CONCURRENTLY`` so that ``migrate`` never locks writers out
+(:mod:`context_engine.storage.concurrent_index`). A file is recorded as applied only once all of
+its steps succeeded, and every statement in it is idempotent, so a failure part-way leaves the
+earlier revisions applied and running ``migrate`` again is the repair. A file without concurrent
+statements is still exactly one transaction.
+
+A session-level advisory lock serialises concurrent runs. It is taken by polling
+``pg_try_advisory_lock`` outside any transaction: a second run blocked inside
+``pg_advisory_lock`` would hold a snapshot, and the first run's concurrent build waits for every
+older snapshot to go away, which would deadlock the two.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from context_engine.errors import ConfigError, DimensionMismatch
+from context_engine.errors import ConfigError, ContextEngineError, DimensionMismatch
+from context_engine.storage import concurrent_index
+from context_engine.storage.concurrent_index import Announce
+from context_engine.storage.extensions import check_extensions
 
 _LOCK_ID = 0x43455F4D  # "CE_M"
+_LOCK_POLL_SECONDS = 0.2
 _TEXT_CONFIGS = {"english", "simple"}
 
 
@@ -35,31 +53,53 @@ def revision_files() -> list[Path]:
     return sorted(p for p in migrations_dir().glob("[0-9][0-9][0-9][0-9]_*.sql"))
 
 
+class MigrationFailed(ContextEngineError):
+    """A revision's statement failed; the revisions before it stay applied and re-running repeats it."""
+
+    code = "migration_failed"
+    status = 500
+
+
 @dataclass
 class MigrationReport:
     applied: list[str] = field(default_factory=list)
     dim: int = 0
     text_search_config: str = "english"
+    #: indexes built (or rebuilt after an interrupted build) by this run, in order
+    indexes_built: list[str] = field(default_factory=list)
 
 
-async def _meta(conn, key: str) -> str | None:  # type: ignore[no-untyped-def]
+def print_to_stderr(line: str) -> None:
+    """The default announcer: one line per index build, so a long wait reads as a wait."""
+    print(line, file=sys.stderr, flush=True)
+
+
+async def _meta(conn: AsyncConnection, key: str) -> str | None:
     exists = await conn.scalar(text("SELECT to_regclass('ce_meta') IS NOT NULL"))
     if not exists:
         return None
     return await conn.scalar(text("SELECT value FROM ce_meta WHERE key = :k"), {"k": key})
 
 
-async def migrate(engine: AsyncEngine, *, dim: int, text_search_config: str = "english") -> MigrationReport:
-    """Bring the schema up to date; refuse a ``dim`` other than the one locked on first run."""
+async def migrate(
+    engine: AsyncEngine, *, dim: int, text_search_config: str = "english", announce: Announce | None = None
+) -> MigrationReport:
+    """Bring the schema up to date; refuse a ``dim`` other than the one locked on first run.
+
+    ``announce`` receives one line per index built (default: stderr).
+    """
     if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= 16000:
         raise ConfigError(f"--dim must be an integer between 1 and 16000, got {dim!r}")
     if text_search_config not in _TEXT_CONFIGS:
         raise ConfigError(f"text search configuration must be one of {sorted(_TEXT_CONFIGS)}")
     report = MigrationReport(dim=dim, text_search_config=text_search_config)
+    say = announce or print_to_stderr
     async with engine.connect() as conn:
-        await conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _LOCK_ID})
-        await conn.commit()
+        default_level = conn.default_isolation_level
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await _lock(conn)
         try:
+            await check_extensions(conn)
             locked_dim = await _meta(conn, "embedding_dim")
             if locked_dim is not None and int(locked_dim) != dim:
                 raise DimensionMismatch(
@@ -76,29 +116,114 @@ async def migrate(engine: AsyncEngine, *, dim: int, text_search_config: str = "e
                     " id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
                 )
             )
-            await conn.commit()
             done = set((await conn.execute(text("SELECT id FROM ce_schema_migrations"))).scalars())
-            await conn.commit()
+            runner = _Runner(conn, default_level, say, report)
             for path in revision_files():
+                steps = _steps(path.read_text(encoding="utf-8").replace("{dim}", str(dim)))
                 if path.stem in done:
-                    continue
-                sql = path.read_text(encoding="utf-8").replace("{dim}", str(dim))
-                async with conn.begin():
-                    for statement in _split(sql):
-                        await conn.exec_driver_sql(statement)
-                    await conn.execute(text("INSERT INTO ce_schema_migrations (id) VALUES (:id)"), {"id": path.stem})
-                    await conn.execute(
-                        text(
-                            "INSERT INTO ce_meta (key, value) VALUES ('embedding_dim', :d), "
-                            "('text_search_config', :c) ON CONFLICT (key) DO NOTHING"
-                        ),
-                        {"d": str(dim), "c": report.text_search_config},
-                    )
-                report.applied.append(path.stem)
+                    await runner.repair(steps)
+                else:
+                    await runner.apply(path.stem, steps)
         finally:
             await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _LOCK_ID})
-            await conn.commit()
     return report
+
+
+async def _lock(conn: AsyncConnection) -> None:
+    """Take the session-level migration lock, waiting without holding a snapshot."""
+    while True:
+        if await conn.scalar(text("SELECT pg_try_advisory_lock(:id)"), {"id": _LOCK_ID}):
+            return
+        await asyncio.sleep(_LOCK_POLL_SECONDS)
+
+
+@dataclass
+class _Step:
+    """Consecutive statements that share one transaction, or one statement that must run alone."""
+
+    statements: list[str]
+    concurrent: bool
+
+
+@dataclass
+class _Runner:
+    conn: AsyncConnection
+    transaction_level: str
+    announce: Announce
+    report: MigrationReport
+
+    async def apply(self, revision: str, steps: list[_Step]) -> None:
+        """Run every step, then record the revision (in the last step's transaction when it has one)."""
+        last_in_transaction = bool(steps) and not steps[-1].concurrent
+        for number, step in enumerate(steps, start=1):
+            if step.concurrent:
+                await self._concurrent(step.statements[0])
+                continue
+            try:
+                async with self._transaction():
+                    for statement in step.statements:
+                        await self.conn.exec_driver_sql(statement)
+                    if number == len(steps):
+                        await self._record(revision)
+            except DBAPIError as exc:
+                raise MigrationFailed(
+                    f"revision {revision} failed ({concurrent_index.server_reason(exc)}); the revisions before it "
+                    "are applied and it is not recorded: fix the cause and run migrate again",
+                    details={"revision": revision},
+                ) from exc
+        if not last_in_transaction:
+            async with self._transaction():
+                await self._record(revision)
+        self.report.applied.append(revision)
+
+    async def repair(self, steps: list[_Step]) -> None:
+        """Rebuild any index of an applied revision that an interrupted build left invalid."""
+        for step in steps:
+            built = concurrent_index.parse_build(step.statements[0]) if step.concurrent else None
+            if built is not None and await concurrent_index.index_validity(self.conn, built.index) is False:
+                if await concurrent_index.build(self.conn, built, self.announce):
+                    self.report.indexes_built.append(built.index)
+
+    async def _concurrent(self, statement: str) -> None:
+        built = concurrent_index.parse_build(statement)
+        if built is None:  # DROP INDEX / REINDEX ... CONCURRENTLY: idempotent as written
+            await self.conn.exec_driver_sql(statement)
+        elif await concurrent_index.build(self.conn, built, self.announce):
+            self.report.indexes_built.append(built.index)
+
+    async def _record(self, revision: str) -> None:
+        await self.conn.execute(text("INSERT INTO ce_schema_migrations (id) VALUES (:id)"), {"id": revision})
+        await self.conn.execute(
+            text(
+                "INSERT INTO ce_meta (key, value) VALUES ('embedding_dim', :d), "
+                "('text_search_config', :c) ON CONFLICT (key) DO NOTHING"
+            ),
+            {"d": str(self.report.dim), "c": self.report.text_search_config},
+        )
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[None]:
+        """One real transaction on the migration's connection, which is otherwise in autocommit."""
+        await self.conn.commit()  # ends SQLAlchemy's autobegun (and, in autocommit, empty) transaction
+        await self.conn.execution_options(isolation_level=self.transaction_level)
+        try:
+            async with self.conn.begin():
+                yield
+        finally:
+            await self.conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def _steps(sql: str) -> list[_Step]:
+    """Group a revision's statements: runs of ordinary ones share a transaction, concurrent ones stand alone."""
+    steps: list[_Step] = []
+    for statement in _split(sql):
+        if concurrent_index.is_concurrent(statement):
+            steps.append(_Step([statement], concurrent=True))
+        elif steps and not steps[-1].concurrent:
+            steps[-1].statements.append(statement)
+        else:
+            steps.append(_Step([statement], concurrent=False))
+    return steps
 
 
 def _split(sql: str) -> list[str]:

@@ -6,6 +6,9 @@ are present, and otherwise the WHOLE file fails with the install hint — indexi
 that happened to have text would be a document that answers wrongly and looks healthy. A page
 with neither text nor images is blank and simply has no units.
 
+With the ``[pdf]`` extra (pdfplumber), a text page that holds ruled tables keeps them as Markdown
+tables (:mod:`pdf_tables`); without it, the text layer is read as plain text.
+
 A PDF whose ``%%EOF`` marker is missing from its tail is refused as truncated: pypdf's lenient
 mode would otherwise recover whatever pages it can and silently drop the rest.
 """
@@ -16,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors import detect
+from context_engine.ingest.extractors import detect, pdf_tables
 from context_engine.ingest.extractors._base import Source, extractor, no_text
 from context_engine.ingest.extractors.text import paragraphs
 
@@ -104,6 +107,7 @@ def extract_pdf(source: Source) -> Extracted:
             raise ExtractionFailed(f"{source.label} is a PDF with no pages")
 
         units: list[Unit] = []
+        text_pages: list[int] = []
         scanned: list[tuple[int, Any]] = []
         for number, page in enumerate(pages, start=1):
             try:
@@ -111,6 +115,7 @@ def extract_pdf(source: Source) -> Extracted:
             except Exception as exc:
                 raise ExtractionFailed(f"{source.label}: page {number} cannot be read: {exc}") from exc
             if text.strip():
+                text_pages.append(number)
                 units.extend(Unit(text=block, page=number) for block in paragraphs(text))
             elif _page_has_images(page):
                 scanned.append((number, page))
@@ -126,8 +131,6 @@ def extract_pdf(source: Source) -> Extracted:
                 text = "\n\n".join(engine(image.image) for image in page.images)
                 ocr_pages.append(number)
                 units.extend(Unit(text=block, page=number, meta={"ocr": True}) for block in paragraphs(text))
-        units.sort(key=lambda unit: unit.page or 0)
-
         meta: dict[str, Any] = {"pages": len(pages)}
         if ocr_pages:
             meta["ocr_pages"] = ocr_pages
@@ -137,6 +140,18 @@ def extract_pdf(source: Source) -> Extracted:
             title = None
         if title:
             meta["title"] = str(title)
+    if text_pages and pdf_tables.available():
+        # a second pass over the file, after pypdf is done with the stream (a caller's file is shared)
+        try:
+            tables = pdf_tables.table_pages(source, text_pages)
+        except Exception as exc:  # pdfplumber refuses a file pypdf read: keep the plain text, say so
+            tables = {}
+            meta["tables_unread"] = type(exc).__name__
+        if tables:
+            units = [unit for unit in units if unit.page not in tables]
+            units.extend(unit for number in sorted(tables) for unit in tables[number])
+            meta["table_pages"] = sorted(tables)
+    units.sort(key=lambda unit: unit.page or 0)  # stable: a page's units keep their order
     if not units:
         raise no_text(source)
     return Extracted(mime=detect.PDF, units=units, meta=meta)
