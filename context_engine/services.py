@@ -8,6 +8,7 @@ travels with each call as a ``Redactor`` or an ``IngestScrubber``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import httpx
@@ -20,6 +21,8 @@ from context_engine.errors import DimensionMismatch, StorageUnavailable
 from context_engine.hooks import Hooks
 from context_engine.storage.database import Database
 from context_engine.storage.migrate import migrate
+
+log = logging.getLogger("context_engine.migrate")
 
 HttpClientFactory = Callable[[str], "httpx.AsyncClient | None"]
 
@@ -61,7 +64,10 @@ class Services:
             if self.database.embedded or self.config.storage.auto_migrate:
                 # idempotent and serialised by an advisory lock, so a race here is harmless
                 report = await migrate(
-                    db, dim=self.embedder.dim, text_search_config=self.config.search.text_search_config
+                    db,
+                    dim=self.embedder.dim,
+                    text_search_config=self.config.search.text_search_config,
+                    announce=log.info,  # a library logs its index builds; the CLI prints them
                 )
                 self.text_search_config = report.text_search_config
             else:
