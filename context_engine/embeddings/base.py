@@ -5,6 +5,8 @@ from __future__ import annotations
 import abc
 from typing import Literal
 
+from context_engine.embeddings.tokens import estimate_tokens
+
 InputKind = Literal["document", "query"]
 
 
@@ -26,8 +28,8 @@ class Embedder(abc.ABC):
         """Embed ``texts`` in order. ``kind`` lets providers that distinguish queries do so."""
 
     def count_tokens(self, text: str) -> int:
-        """Token count for budgeting. Default: an over-estimate (safety margin), never a download."""
-        return max(1, int(len(text.encode("utf-8")) / 3.0) + 1)
+        """Token count for budgeting. Default: the UTF-8 over-estimate, never a download."""
+        return estimate_tokens(text, 3.0)
 
     @property
     def key(self) -> str:

@@ -21,6 +21,8 @@ import httpx
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.embeddings.tokens import TokenCounter
+from context_engine.embeddings.tokens import estimate_tokens as estimate_tokens  # re-exported for the SDK providers
 from context_engine.errors import ConfigError, DimensionMismatch, InputTooLarge, ProviderError
 
 T = TypeVar("T")
@@ -76,11 +78,6 @@ class RetryableFailure(Exception):
 
 
 # --- shared helpers --------------------------------------------------------------------------------
-
-
-def estimate_tokens(text: str, token_bytes_ratio: float) -> int:
-    """Over-estimate from UTF-8 bytes: remote tokenizers are not available offline."""
-    return max(1, int(len(text.encode("utf-8")) / token_bytes_ratio) + 1)
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
@@ -354,9 +351,11 @@ class OpenAICompatibleEmbedder(Embedder):
         self.max_input_tokens = config.max_input_tokens or OPENAI_MAX_INPUT_TOKENS
         self._secrets = (self._api_key,) if self._api_key else ()
         self._http = HttpClientHolder(http_client_factory, config.timeout)
+        self._tokens = TokenCounter(config.tokenizer, config.token_bytes_ratio)
 
     def count_tokens(self, text: str) -> int:
-        return estimate_tokens(text, self._config.token_bytes_ratio)
+        """cl100k when ``embedding.tokenizer`` allows it (the OpenAI family's own tokenizer), else the estimate."""
+        return self._tokens.count(text)
 
     def _headers(self) -> dict[str, str]:
         if not self._api_key:
