@@ -160,4 +160,3 @@ def test_exact_is_refused_for_providers_without_a_local_tokenizer() -> None:
     with pytest.raises(pydantic.ValidationError, match=r"embedding\.tokenizer 'exact'"):
         EmbeddingConfig(provider="cohere", api_key="k", tokenizer="exact")
     assert EmbeddingConfig(provider="openai", api_key="k", tokenizer="exact").tokenizer == "exact"
-
