@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import threading
 from typing import Any
@@ -80,7 +81,8 @@ class BedrockLLM(LLMClient):
         if not config.model:
             raise ConfigError("llm.model is required for provider 'bedrock' (a Bedrock model or inference-profile id).")
         self.model = config.model
-        self._session = boto3.session.Session(region_name=config.region)
+        # AWS_REGION is what AWS's own runtimes set; botocore by itself reads only AWS_DEFAULT_REGION and profiles
+        self._session = boto3.session.Session(region_name=config.region or os.environ.get("AWS_REGION") or None)
         self.region = self._session.region_name
         if not self.region:
             raise ConfigError("llm.region is required for provider 'bedrock' (or set AWS_REGION).")
