@@ -319,6 +319,18 @@ async def test_a_too_large_batch_can_be_halved(server: FakeHTTPServer) -> None:
         await embedder.aclose()
 
 
+async def test_more_inputs_than_one_request_takes_are_refused_unsent(server: FakeHTTPServer) -> None:
+    server.route("POST", EMBED_PATH, gemini_batch_embed(16))
+    embedder = build_embedder(gemini_embed_config(server))
+    try:
+        with pytest.raises(BatchTooLarge, match="at most 100 inputs"):
+            await guarded(embedder.embed([f"t{i}" for i in range(101)]))
+        assert len(await guarded(embedder.embed([f"t{i}" for i in range(100)]))) == 100
+    finally:
+        await embedder.aclose()
+    assert len(server.requests_to(EMBED_PATH)) == 1
+
+
 @pytest.mark.parametrize("status", [400, 401, 403])
 async def test_a_rejection_is_final_and_never_shows_the_key(
     server: FakeHTTPServer, status: int, caplog: pytest.LogCaptureFixture

@@ -19,6 +19,7 @@ import httpx
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.embeddings.openai_compat import (
+    BatchTooLarge,
     HttpClientFactory,
     HttpClientHolder,
     RetryableFailure,
@@ -36,6 +37,8 @@ from context_engine.errors import ConfigError, ProviderError
 GEMINI_DEFAULT_MODEL = "gemini-embedding-001"
 #: per-input cap in tokens of the Gemini and Vertex embedding models (the provider table)
 GEMINI_MAX_INPUT_TOKENS = 2048
+#: inputs one batchEmbedContents request may carry (the provider table); more is refused unsent
+GEMINI_MAX_BATCH_ITEMS = 100
 GEMINI_NATIVE_DIMS: dict[str, int] = {
     "gemini-embedding-001": 3072,
     "text-embedding-004": 768,
@@ -177,9 +180,14 @@ class GeminiEmbedder(Embedder):
         return self._genai.types.EmbedContentConfig(**options)
 
     async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
-        """One request per call (batching is the caller's job)."""
+        """One request per call (batching is the caller's job, within ``GEMINI_MAX_BATCH_ITEMS``)."""
         if not texts:
             return []
+        if len(texts) > GEMINI_MAX_BATCH_ITEMS:
+            raise BatchTooLarge(
+                f"{self.provider} embeds at most {GEMINI_MAX_BATCH_ITEMS} inputs per request; got {len(texts)}",
+                details={"provider": self.provider, "batch_size": len(texts)},
+            )
         client = self._sdk()
         options = self._options(kind)
 
