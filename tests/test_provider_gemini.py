@@ -160,6 +160,10 @@ def echo_key_error(status: int) -> Any:
     return handler
 
 
+def drop_connection(_body: Any, _headers: dict[str, str], _target: Target) -> Any:
+    return DROP_CONNECTION
+
+
 def gemini_embed_config(server: FakeHTTPServer, **overrides: Any) -> EmbeddingConfig:
     settings: dict[str, Any] = {"provider": "gemini", "api_key": API_KEY, "base_url": server.url(), "dim": 16}
     settings.update(overrides)
@@ -242,7 +246,7 @@ async def test_gemini_retries_server_errors_then_succeeds(server: FakeHTTPServer
     server.route(
         "POST",
         EMBED_PATH,
-        sequence(google_error(503, "overloaded", "UNAVAILABLE"), DROP_CONNECTION_HANDLER, gemini_batch_embed(16)),
+        sequence(google_error(503, "overloaded", "UNAVAILABLE"), drop_connection, gemini_batch_embed(16)),
     )
     embedder = fast(build_embedder(gemini_embed_config(server, max_retries=2)))
     try:
@@ -251,10 +255,6 @@ async def test_gemini_retries_server_errors_then_succeeds(server: FakeHTTPServer
         await embedder.aclose()
     assert vectors == [fake_vector("x", 16)]
     assert len(server.requests_to(EMBED_PATH)) == 3
-
-
-def DROP_CONNECTION_HANDLER(_body: Any, _headers: dict[str, str], _target: Target) -> Any:
-    return DROP_CONNECTION
 
 
 async def test_gemini_429_waits_for_retry_after_not_the_backoff(server: FakeHTTPServer) -> None:
