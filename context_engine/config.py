@@ -11,14 +11,34 @@ import warnings
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from context_engine.redaction import RedactionPolicy
 
 _STRICT = ConfigDict(extra="forbid", validate_assignment=True)
 
-EmbeddingProvider = Literal["local", "openai", "azure_openai", "custom", "cohere", "voyage"]
+EmbeddingProvider = Literal["local", "openai", "azure_openai", "custom", "cohere", "voyage", "gemini", "vertex_ai"]
+#: providers whose own tokenizer runs locally, so ``tokenizer="exact"`` means something for them
+#: (cl100k for the OpenAI family, the model's WordPiece for ``local``)
+EXACT_TOKENIZER_PROVIDERS = frozenset({"local", "openai", "azure_openai", "custom"})
+#: LLM-only providers, named so asking one for embeddings gets a reason rather than a list
+_LLM_ONLY_PROVIDERS = {"anthropic": "Anthropic has no embeddings API", "bedrock": "bedrock is served for LLMs only"}
+
+
+def _require_vertex_location(section: str, project: str | None, location: str | None, api_key: object) -> None:
+    """Vertex AI is addressed by project and region and signs in with application default credentials."""
+    missing = [name for name, value in (("project", project), ("location", location)) if not value]
+    if missing:
+        names = " and ".join(f"{section}.{name}" for name in missing)
+        raise ValueError(
+            f"provider 'vertex_ai' needs {names} (the Google Cloud project and region, e.g. 'us-central1')"
+        )
+    if api_key is not None:
+        raise ValueError(
+            f"{section}.api_key is not used by provider 'vertex_ai': it signs in with application default "
+            "credentials (GOOGLE_APPLICATION_CREDENTIALS, workload identity or gcloud); unset it"
+        )
 
 
 class EmbeddingConfig(BaseModel):
@@ -36,6 +56,9 @@ class EmbeddingConfig(BaseModel):
     #: Azure OpenAI only
     api_version: str | None = None
     deployment: str | None = None
+    #: ``vertex_ai`` only: the Google Cloud project and region (credentials come from ADC)
+    project: str | None = None
+    location: str | None = None
     max_retries: int = Field(default=2, ge=0, le=20)
     #: per-attempt timeout in seconds
     timeout: float = Field(default=60.0, gt=0)
@@ -44,11 +67,38 @@ class EmbeddingConfig(BaseModel):
     max_batch_tokens: int | None = Field(default=None, ge=1)
     max_input_tokens: int | None = Field(default=None, ge=1)
     max_concurrency: int = Field(default=4, ge=1, le=64)
-    tokenizer: Literal["auto", "estimate"] = "auto"
+    #: how tokens are counted for chunking and batch budgets: ``auto`` counts exactly when the tokenizer
+    #: is already on disk (never downloads) and estimates otherwise; ``exact`` may fetch cl100k once
+    #: (OpenAI family; ``local`` always has its own); ``estimate`` is UTF-8 bytes / ``token_bytes_ratio``
+    tokenizer: Literal["auto", "exact", "estimate"] = "auto"
     token_bytes_ratio: float = Field(default=3.0, gt=0)
+    #: batch token budgets are multiplied by this (headroom for estimated counts); never per-input caps
     safety_margin: float = Field(default=0.85, gt=0, le=1)
     #: ``local`` only: worker threads for the numpy forward pass
     local_threads: int = Field(default=2, ge=1, le=64)
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _embedding_capable(cls, value: object) -> object:
+        if isinstance(value, str) and value in _LLM_ONLY_PROVIDERS:
+            raise ValueError(
+                f"{_LLM_ONLY_PROVIDERS[value]}; set embedding.provider to one of "
+                "local, openai, azure_openai, custom, cohere, voyage, gemini, vertex_ai"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _provider_settings(self) -> EmbeddingConfig:
+        if self.provider == "vertex_ai":
+            _require_vertex_location("embedding", self.project, self.location, self.api_key)
+        elif self.project is not None or self.location is not None:
+            raise ValueError("embedding.project and embedding.location are used by provider 'vertex_ai' only")
+        if self.tokenizer == "exact" and self.provider not in EXACT_TOKENIZER_PROVIDERS:
+            raise ValueError(
+                f"embedding.tokenizer 'exact' needs the provider's own tokenizer, which {self.provider!r} does "
+                "not publish; use 'auto' or 'estimate'"
+            )
+        return self
 
 
 class StorageConfig(BaseModel):
@@ -185,7 +235,7 @@ class IngestConfig(BaseModel):
     hold_chunks: int = Field(default=2_000, ge=1)
 
 
-LLMProvider = Literal["openai", "azure_openai", "custom", "anthropic"]
+LLMProvider = Literal["openai", "azure_openai", "custom", "anthropic", "gemini", "vertex_ai", "bedrock"]
 
 
 class LLMConfig(BaseModel):
@@ -208,11 +258,32 @@ class LLMConfig(BaseModel):
     #: Azure OpenAI only
     api_version: str | None = None
     deployment: str | None = None
+    #: ``vertex_ai`` only: the Google Cloud project and region (credentials come from ADC)
+    project: str | None = None
+    location: str | None = None
+    #: ``bedrock`` only: the AWS region (else ``AWS_REGION``/``AWS_DEFAULT_REGION``); credentials come
+    #: from the AWS credential chain
+    region: str | None = None
     max_retries: int = Field(default=2, ge=0, le=20)
     #: per-attempt timeout in seconds
     timeout: float = Field(default=60.0, gt=0)
     max_tokens: int = Field(default=1024, ge=16, le=65536)
     temperature: float = Field(default=0.0, ge=0, le=2)
+
+    @model_validator(mode="after")
+    def _provider_settings(self) -> LLMConfig:
+        if self.provider == "vertex_ai":
+            _require_vertex_location("llm", self.project, self.location, self.api_key)
+        elif self.project is not None or self.location is not None:
+            raise ValueError("llm.project and llm.location are used by provider 'vertex_ai' only")
+        if self.provider == "bedrock" and self.api_key is not None:
+            raise ValueError(
+                "llm.api_key is not used by provider 'bedrock': it signs requests with the AWS credential chain "
+                "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or an instance role); unset it"
+            )
+        if self.region is not None and self.provider != "bedrock":
+            raise ValueError("llm.region is used by provider 'bedrock' only")
+        return self
 
 
 RerankProvider = Literal["cohere", "voyage", "jina", "llm"]

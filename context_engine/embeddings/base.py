@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import abc
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from context_engine.embeddings.batches import BatchNotSupported
+from context_engine.embeddings.tokens import estimate_tokens
+
+if TYPE_CHECKING:
+    from context_engine.embeddings.openai_batches import OpenAIBatchClient
 
 InputKind = Literal["document", "query"]
 
@@ -26,8 +32,16 @@ class Embedder(abc.ABC):
         """Embed ``texts`` in order. ``kind`` lets providers that distinguish queries do so."""
 
     def count_tokens(self, text: str) -> int:
-        """Token count for budgeting. Default: an over-estimate (safety margin), never a download."""
-        return max(1, int(len(text.encode("utf-8")) / 3.0) + 1)
+        """Token count for budgeting. Default: the UTF-8 over-estimate, never a download."""
+        return estimate_tokens(text, 3.0)
+
+    def batch_api(self) -> OpenAIBatchClient:
+        """The provider's asynchronous batch jobs; a provider without them refuses ``batch=True`` here."""
+        raise BatchNotSupported(
+            f"embedding.provider {self.provider!r} has no batch API; ingest without batch=True "
+            "(batch embedding is offered by providers 'openai' and 'custom')",
+            details={"provider": self.provider},
+        )
 
     @property
     def key(self) -> str:

@@ -19,7 +19,7 @@ def build_embedder(
 
     ``http_client_factory(purpose)`` lets the host share its httpx client (purpose
     ``"embeddings"``); returning None makes the provider build, and later close, its own. Optional
-    SDKs (cohere, voyage) are imported here, so a missing extra fails at startup with its install
+    SDKs (cohere, voyage, google-genai) are imported here, so a missing extra fails at startup with its install
     command rather than on the first request.
     """
     provider = config.provider
@@ -39,4 +39,8 @@ def build_embedder(
         from context_engine.embeddings.voyage import VoyageEmbedder
 
         return VoyageEmbedder(config, http_client_factory)
+    if provider in ("gemini", "vertex_ai"):
+        from context_engine.embeddings.gemini import GeminiEmbedder
+
+        return GeminiEmbedder(config, http_client_factory)
     raise ConfigError(f"unknown embedding provider {provider!r}")

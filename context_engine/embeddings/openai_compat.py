@@ -14,14 +14,20 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.embeddings.batches import BatchNotSupported
+from context_engine.embeddings.tokens import TokenCounter
+from context_engine.embeddings.tokens import estimate_tokens as estimate_tokens  # re-exported for the SDK providers
 from context_engine.errors import ConfigError, DimensionMismatch, InputTooLarge, ProviderError
+
+if TYPE_CHECKING:
+    from context_engine.embeddings.openai_batches import OpenAIBatchClient
 
 T = TypeVar("T")
 
@@ -76,11 +82,6 @@ class RetryableFailure(Exception):
 
 
 # --- shared helpers --------------------------------------------------------------------------------
-
-
-def estimate_tokens(text: str, token_bytes_ratio: float) -> int:
-    """Over-estimate from UTF-8 bytes: remote tokenizers are not available offline."""
-    return max(1, int(len(text.encode("utf-8")) / token_bytes_ratio) + 1)
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
@@ -321,10 +322,12 @@ class OpenAICompatibleEmbedder(Embedder):
         self._config = config
         self._api_key: str | None = None
         self._params: dict[str, str] = {}
+        #: the URL before ``/embeddings`` (and, for the batch API, before ``/files`` and ``/batches``)
+        self._api_base = (config.base_url or OPENAI_DEFAULT_BASE_URL).rstrip("/")
         if provider == "openai":
             self._api_key = require_api_key(config)
             self.model = config.model or OPENAI_DEFAULT_MODEL
-            self._url = f"{(config.base_url or OPENAI_DEFAULT_BASE_URL).rstrip('/')}/embeddings"
+            self._url = f"{self._api_base}/embeddings"
         elif provider == "azure_openai":
             self._api_key = require_api_key(config)
             if not config.base_url or not config.deployment:
@@ -354,9 +357,11 @@ class OpenAICompatibleEmbedder(Embedder):
         self.max_input_tokens = config.max_input_tokens or OPENAI_MAX_INPUT_TOKENS
         self._secrets = (self._api_key,) if self._api_key else ()
         self._http = HttpClientHolder(http_client_factory, config.timeout)
+        self._tokens = TokenCounter(config.tokenizer, config.token_bytes_ratio)
 
     def count_tokens(self, text: str) -> int:
-        return estimate_tokens(text, self._config.token_bytes_ratio)
+        """cl100k when ``embedding.tokenizer`` allows it (the OpenAI family's own tokenizer), else the estimate."""
+        return self._tokens.count(text)
 
     def _headers(self) -> dict[str, str]:
         if not self._api_key:
@@ -431,6 +436,31 @@ class OpenAICompatibleEmbedder(Embedder):
                 details={"provider": self.provider},
             )
         return vectors
+
+    def batch_api(self) -> OpenAIBatchClient:
+        """OpenAI's ``/files`` + ``/batches`` on the same endpoint, key, model, width and HTTP client."""
+        if self.provider == "azure_openai":
+            raise BatchNotSupported(
+                "embedding.provider 'azure_openai' is not served by the batch client (Azure runs batches on "
+                "separate global-batch deployments); ingest without batch=True",
+                details={"provider": self.provider},
+            )
+        from context_engine.embeddings.openai_batches import OpenAIBatchClient
+
+        return OpenAIBatchClient(
+            provider=self.provider,
+            api_base=self._api_base,
+            model=self.model,
+            dim=self.dim,
+            dimensions=self._send_dimensions,
+            embedding_key=self.key,
+            headers=self._headers,
+            http=self._http,
+            secrets=self._secrets,
+            max_retries=self._config.max_retries,
+            timeout=self._config.timeout,
+            backoff_base=self.backoff_base,
+        )
 
     async def aclose(self) -> None:
         """Close the client only when we built it; a host-supplied client stays open."""

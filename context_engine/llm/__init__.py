@@ -13,14 +13,10 @@ from context_engine.llm.structured import StructuredCallError, StructuredResult,
 
 def reset_native_schema_support() -> None:
     """Let every provider rediscover native schema support (after an SDK, model or endpoint upgrade)."""
-    from context_engine.llm import openai_compat
+    from context_engine.llm import anthropic_sdk, bedrock, gemini, openai_compat
 
-    openai_compat.reset_native_schema_support()
-    try:
-        from context_engine.llm import anthropic_sdk
-    except ImportError:  # pragma: no cover - the module itself imports no SDK at import time
-        return
-    anthropic_sdk.reset_native_schema_support()
+    for module in (openai_compat, anthropic_sdk, gemini, bedrock):
+        module.reset_native_schema_support()
 
 
 __all__ = [

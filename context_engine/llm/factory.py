@@ -21,4 +21,12 @@ def build_llm(config: LLMConfig, http_client_factory: HttpClientFactory | None =
         from context_engine.llm.anthropic_sdk import AnthropicLLM
 
         return AnthropicLLM(config, http_client_factory)
+    if config.provider in ("gemini", "vertex_ai"):
+        from context_engine.llm.gemini import GeminiLLM
+
+        return GeminiLLM(config, http_client_factory)
+    if config.provider == "bedrock":
+        from context_engine.llm.bedrock import BedrockLLM
+
+        return BedrockLLM(config, http_client_factory)
     raise ConfigError(f"unknown llm provider {config.provider!r}")

@@ -1,0 +1,205 @@
+"""Gemini chat (``gemini``, API key) and the same models on Vertex AI (``vertex_ai``, ADC).
+
+Through the ``google-genai`` SDK (the ``gemini`` extra), sharing the client construction of the
+Gemini embedder: the SDK's retries are off and ours run instead (``max_retries`` on top of the
+first attempt, 429/5xx retried, ``Retry-After`` honoured), the timeout is per attempt, and the
+host's ``http_client_factory("llm")`` client carries the requests when one is supplied.
+
+JSON replies: ``response_json_schema`` with the JSON MIME type, which the service enforces. An
+endpoint or model that refuses that parameter (an error naming it, not an invalid schema) gets the
+schema written into the system prompt instead; the downgrade is logged once at WARNING and
+remembered per provider, base URL and model for the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import httpx
+
+from context_engine.config import LLMConfig
+from context_engine.embeddings.gemini import (
+    GenaiTarget,
+    build_genai_client,
+    credentials_failure,
+    import_genai,
+    read_genai_error,
+)
+from context_engine.embeddings.openai_compat import error_snippet, parse_retry_after, redact
+from context_engine.errors import ConfigError, ProviderError
+from context_engine.llm.base import (
+    ClientHolder,
+    HttpClientFactory,
+    LLMClient,
+    LLMReply,
+    Mode,
+    Retryable,
+    secret_of,
+    transport_failure,
+    with_retries,
+)
+from context_engine.llm.openai_compat import schema_instructions
+
+log = logging.getLogger("context_engine.llm")
+
+GEMINI_DEFAULT_MODEL = "gemini-2.5-flash"
+PURPOSE = "llm"
+#: an error that names the structured-output parameter (a downgrade is worth trying)
+_SCHEMA_PARAM = re.compile(
+    r"response_?json_?schema|responseJsonSchema|response_?schema|responseSchema|response_?mime_?type"
+    r"|responseMimeType|json mode|structured output",
+    re.IGNORECASE,
+)
+_INVALID_SCHEMA = re.compile(r"invalid schema|schema is invalid|invalid json schema", re.IGNORECASE)
+#: finish reasons that mean the model declined rather than answered
+_REFUSALS = frozenset({"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"})
+
+_prompt_only: set[tuple[str, str, str]] = set()
+
+
+def reset_native_schema_support() -> None:
+    """Forget every remembered downgrade, so the next call sends the schema again."""
+    _prompt_only.clear()
+
+
+class GeminiLLM(LLMClient):
+    """``generateContent`` on the Gemini API or on Vertex AI."""
+
+    #: first retry waits about this long, doubling (a 429's Retry-After takes precedence)
+    backoff_base: float = 0.5
+
+    def __init__(self, config: LLMConfig, http_client_factory: HttpClientFactory | None = None):
+        if config.provider not in ("gemini", "vertex_ai"):
+            raise ConfigError(f"GeminiLLM does not serve provider {config.provider!r}")
+        self._genai = import_genai()
+        self.provider = config.provider
+        self._config = config
+        vertex = config.provider == "vertex_ai"
+        api_key = None if vertex else secret_of(config.api_key)
+        if not vertex and not api_key:
+            raise ConfigError("llm.api_key is required for provider 'gemini' (CE_LLM__API_KEY).")
+        self.model = config.model or GEMINI_DEFAULT_MODEL
+        self._target = GenaiTarget(vertex, api_key, config.project, config.location, config.base_url, config.timeout)
+        self._secrets = (api_key,) if api_key else ()
+        self._memo_key = (self.provider, config.base_url or "", self.model)
+        self._http = ClientHolder(http_client_factory, PURPOSE, config.timeout)
+        self._client: Any = None
+
+    def _sdk(self) -> Any:
+        if self._client is None:
+            self._client = build_genai_client(self._genai, self._target, self._http.get())
+        return self._client
+
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any] | None = None,
+        schema_name: str = "reply",
+    ) -> LLMReply:
+        if schema is None:
+            return await self._send(system, messages, None, "text")
+        if self._memo_key not in _prompt_only:
+            try:
+                return await self._send(system, messages, schema, "native")
+            except ProviderError as exc:
+                if not exc.details.get("schema_refused"):
+                    raise
+            log.warning(
+                "llm provider %s refused response_json_schema; using the schema in the prompt for this endpoint "
+                "and model from now on",
+                self.provider,
+            )
+            _prompt_only.add(self._memo_key)
+        return await self._send(system, messages, schema, "prompt")
+
+    def _request(self, system: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, mode: Mode) -> Any:
+        types = self._genai.types
+        contents = [
+            types.Content(
+                role="model" if message["role"] == "assistant" else "user",
+                parts=[types.Part(text=message["content"])],
+            )
+            for message in messages
+        ]
+        options: dict[str, Any] = {
+            "system_instruction": system + (schema_instructions(schema) if schema and mode == "prompt" else ""),
+            "temperature": self._config.temperature,
+            "max_output_tokens": self._config.max_tokens,
+        }
+        if mode == "native":
+            options["response_mime_type"] = "application/json"
+            options["response_json_schema"] = schema
+        return contents, types.GenerateContentConfig(**options)
+
+    async def _send(
+        self, system: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, mode: Mode
+    ) -> LLMReply:
+        contents, options = self._request(system, messages, schema, mode)
+        client = self._sdk()
+        what = f"{self.provider} chat"
+
+        async def attempt() -> Any:
+            try:
+                return await client.aio.models.generate_content(model=self.model, contents=contents, config=options)
+            except httpx.TransportError as exc:  # includes every per-attempt timeout
+                raise transport_failure(what, exc, self._secrets) from exc
+            except Exception as exc:
+                raise self._failure(what, exc, mode) from None
+
+        response = await with_retries(
+            what, attempt, max_retries=self._config.max_retries, secrets=self._secrets, backoff_base=self.backoff_base
+        )
+        return self._reply(response, mode)
+
+    def _failure(self, what: str, exc: Exception, mode: Mode) -> Exception:
+        failure = read_genai_error(exc)
+        if failure is None:
+            auth = credentials_failure(self.provider, exc, Retryable)
+            if auth is not None:
+                return auth
+            return ProviderError(
+                redact(f"{what} failed ({type(exc).__name__}: {exc})", self._secrets)[:400],
+                code="provider_unavailable",
+            )
+        snippet = error_snippet(failure.body, self._secrets)
+        message = f"{what} failed with HTTP {failure.status}" + (f": {snippet}" if snippet else "")
+        if failure.status == 429:
+            return Retryable(message, retry_after=parse_retry_after(failure.headers))
+        if failure.status >= 500:
+            return Retryable(message)
+        details: dict[str, Any] = {"status": failure.status}
+        if (
+            mode == "native"
+            and failure.status == 400
+            and _SCHEMA_PARAM.search(snippet)
+            and not _INVALID_SCHEMA.search(snippet)
+        ):
+            details["schema_refused"] = True
+        return ProviderError(message, code="provider_rejected", details=details)
+
+    def _reply(self, response: Any, mode: Mode) -> LLMReply:
+        usage = getattr(response, "usage_metadata", None)
+        tokens = int(getattr(usage, "total_token_count", 0) or 0)
+        feedback = getattr(response, "prompt_feedback", None)
+        candidates = getattr(response, "candidates", None) or []
+        finish = str(getattr(candidates[0], "finish_reason", "") or "") if candidates else ""
+        if getattr(feedback, "block_reason", None) or finish.rsplit(".", 1)[-1] in _REFUSALS:
+            raise ProviderError(f"{self.provider} chat: the model refused the request", code="provider_rejected")
+        if not candidates:
+            raise ProviderError(f"{self.provider} chat returned no candidate", code="provider_unavailable")
+        parts = getattr(getattr(candidates[0], "content", None), "parts", None) or []
+        text = "".join(
+            part.text for part in parts if getattr(part, "text", None) and not getattr(part, "thought", None)
+        )
+        return LLMReply(text=text, tokens=tokens, mode=mode)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client only when we built it; a host-supplied client stays open."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()  # the SDK's idle sync client; the async one is ours or the host's
+        await self._http.aclose()
