@@ -194,7 +194,7 @@ def _available(call: ToolCall) -> dict[str, str]:
     available = {}
     for action in KNOWLEDGE_ACTIONS:
         off = off_reason(action, call)
-        available[action] = ACTION_PURPOSES[action] if off is None else f"OFF: {off}"
+        available[action] = ACTION_PURPOSES[action] if off is None else f"{ACTION_PURPOSES[action]} (OFF: {off})"
     return available
 
 
