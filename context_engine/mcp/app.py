@@ -123,8 +123,9 @@ class KnowledgeMcpApp:
             return
         if scope["type"] == "http":
             await self._ensure_started()
-            # the SDK's route sits at "/": whatever path this app is mounted under is its own
-            scope = {**scope, "path": "/", "raw_path": b"/", "root_path": ""}
+            # the SDK's route sits at "/": whatever path this app is reached at becomes its root
+            root = scope["path"].rstrip("/")
+            scope = {**scope, "root_path": root, "path": root + "/"}
         await self._asgi(scope, receive, send)
 
     async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
