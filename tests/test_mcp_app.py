@@ -59,7 +59,10 @@ def names(answer: dict[str, Any]) -> set[str]:
     return {d["name"] for d in answer["documents"]}
 
 
-async def test_mounted_in_fastapi_resolves_the_caller_per_call(tool_engine: ContextEngine, corpus: Corpus) -> None:
+@pytest.mark.parametrize("started_by", ["host lifespan", "first request"])
+async def test_mounted_in_fastapi_resolves_the_caller_per_call(
+    tool_engine: ContextEngine, corpus: Corpus, started_by: str
+) -> None:
     seen_paths: list[str] = []
 
     async def principals() -> list[str]:  # async, reading the host's own auth from the request
@@ -72,11 +75,11 @@ async def test_mounted_in_fastapi_resolves_the_caller_per_call(tool_engine: Cont
     mcp_app = create_mcp_app(tool_engine, principals=principals, scope=lambda: ["hr", "legal"])
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def close_on_shutdown(_app: FastAPI) -> AsyncIterator[None]:
         yield
         await mcp_app.aclose()
 
-    app = FastAPI(lifespan=lifespan)
+    app = FastAPI(lifespan=mcp_app.lifespan if started_by == "host lifespan" else close_on_shutdown)
 
     @app.get("/health")
     def health() -> dict[str, str]:
