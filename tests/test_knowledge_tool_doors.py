@@ -77,8 +77,20 @@ def workbook() -> bytes:
     return buffer.getvalue()
 
 
+def manual() -> str:
+    """A public manual of 30 sections, longer than one get_doc answer carries."""
+    body = " ".join(f"Step {n} of the procedure is described here in plain words." for n in range(28))
+    return "# Operations manual\n\n" + "\n\n".join(f"## Chapter {c}\n{body}" for c in range(30))
+
+
+def wide_csv() -> bytes:
+    header = ",".join(f"col{i}" for i in range(30))
+    rows = "\n".join(",".join(str(r * i) for i in range(30)) for r in range(3))
+    return f"{header}\n{rows}\n".encode()
+
+
 async def build_corpus(engine: ContextEngine) -> Corpus:
-    """Five sources, ACLs, prose, spreadsheets, JSON and one failed document."""
+    """Six sources, ACLs, prose, spreadsheets, JSON, one failed document and two oversized ones."""
     docs: list[tuple[dict[str, Any], str]] = [
         ({"text": LEAVE_POLICY, "name": "leave-policy.md", "source_id": "hr", "acl": ["group:hr"]}, "leave-policy.md"),
         ({"text": "Public holidays are New Year's Day and Labour Day.", "name": "holidays.txt", "source_id": "hr"},
@@ -92,6 +104,8 @@ async def build_corpus(engine: ContextEngine) -> Corpus:
         ({"file": json.dumps({"service": "billing", "owner": "ops", "retries": 3}).encode(), "name": "config.json",
           "source_id": "finance"}, "config.json"),
         ({"file": b"%PDF-1.4\nnot really a pdf\n%%EOF", "name": "broken.pdf", "source_id": "finance"}, "broken.pdf"),
+        ({"text": manual(), "name": "manual.md", "source_id": "archive"}, "manual.md"),
+        ({"file": wide_csv(), "name": "wide.csv", "source_id": "archive"}, "wide.csv"),
     ]
     corpus: Corpus = {}
     for kwargs, name in docs:
@@ -253,7 +267,7 @@ def check_discover_anonymous(answer: dict[str, Any], corpus: Corpus) -> None:
     assert answer["has_more"] is False and "next_cursor" not in answer
     assert isinstance(answer["revision"], int) and answer["revision"] > 0
     census = {(t["kind"], t["document_type"]): t["count"] for t in answer["document_types"]}
-    assert census[("spreadsheet", None)] == 3
+    assert census[("spreadsheet", None)] == 4
     assert answer["fields_by_type"]["text"]["owner"] == {"type": "string", "documents": 1}
     actions = answer["available_actions"]
     assert list(actions) == [
@@ -348,6 +362,43 @@ def check_list(answer: dict[str, Any], corpus: Corpus) -> None:
     assert "failure_message" not in broken and "error" not in broken  # list carries the code only
 
 
+def check_capped_structure(answer: dict[str, Any], corpus: Corpus) -> None:
+    by_name = {d["name"]: d for d in answer["documents"]}
+    sections = by_name["manual.md"]["structure"]
+    assert len(sections["sections"]) == 25 and sections["more_sections"] == 5
+    assert sections["next_page"] == {"action": "discover", "document_ids": [corpus["manual.md"]]}
+    sheet = by_name["wide.csv"]["structure"]["sheets"][0]
+    assert len(sheet["columns"]) == 25 and sheet["more_columns"] == 5
+    assert by_name["wide.csv"]["structure"]["next_page"] == {"action": "discover", "document_ids": [corpus["wide.csv"]]}
+
+
+def check_named_structure_whole(answer: dict[str, Any], corpus: Corpus) -> None:
+    (manual_doc,) = answer["documents"]
+    assert len(manual_doc["structure"]["sections"]) == 30 and "more_sections" not in manual_doc["structure"]
+    assert [t["count"] for t in answer["document_types"]] == [1]  # the census narrows to the named documents
+
+
+def check_get_doc_truncated(answer: dict[str, Any], corpus: Corpus) -> None:
+    doc = answer["document"]
+    assert doc["text_truncated"] is True and len(doc["text"]) <= 40_000
+    nxt = doc["next_page"]
+    assert nxt["action"] == "get_chunks" and nxt["document_id"] == corpus["manual.md"] and nxt["start"] > 0
+    assert doc["text"].rstrip().endswith(".")
+
+
+def check_get_docs_budget(answer: dict[str, Any], corpus: Corpus) -> None:
+    assert [d["name"] for d in answer["documents"]] == ["holidays.txt"]
+    assert answer["remaining_document_ids"] == [corpus["manual.md"], corpus["invoice-2525.txt"]]
+    assert answer["next_page"] == {"action": "get_docs", "document_ids": answer["remaining_document_ids"]}
+
+
+def check_filename_falls_back(answer: dict[str, Any], corpus: Corpus) -> None:
+    assert answer["success"] is True
+    assert all("matched_by" not in h for h in answer["hits"])
+    assert "leave-policy.md" not in {h["document_name"] for h in answer["hits"]}
+    assert answer["usage"]["legs"]
+
+
 def check_not_found_outside_ceiling(answer: dict[str, Any], corpus: Corpus) -> None:
     _refused("was not found")(answer, corpus)
 
@@ -380,6 +431,22 @@ CASES = [
     Case("get_chunks", lambda c: {"action": "get_chunks", "document_id": c["costs.csv"], "start": 1},
          check_get_chunks),
     Case("list", lambda c: {"action": "list"}, check_list, [], ["finance"]),
+    Case("discover-capped", lambda c: {"action": "discover"}, check_capped_structure, [], ["archive"]),
+    Case("discover-named", lambda c: {"action": "discover", "document_ids": [c["manual.md"]]},
+         check_named_structure_whole),
+    Case("get_doc-truncated", lambda c: {"action": "get_doc", "document_id": c["manual.md"]}, check_get_doc_truncated),
+    Case("get_docs-budget", lambda c: {"action": "get_docs", "document_ids": [c["holidays.txt"], c["manual.md"],
+                                                                            c["invoice-2525.txt"]]},
+         check_get_docs_budget),
+    Case("search-filename-invisible", lambda c: {"action": "search", "query": "what is in leave-policy.md"},
+         check_filename_falls_back, [], ["hr"]),
+    *[
+        Case(f"off-{action}", lambda c, a=action: {"action": a, **({"query": "q"} if a in ("query_meta", "compute",
+                                                                  "map_reduce") else {}),
+                                                  **({"entity": "Acme"} if a in ("get_neighbors", "traverse") else {})},
+             _refused(sentence))
+        for action, sentence in OFF_SENTENCES.items()
+    ],
     Case("unknown-action", lambda c: {"action": "summarise"}, _refused("unknown action 'summarise'")),
     Case("missing-action", lambda c: {"query": "leave"}, _refused("action is required")),
     Case("missing-query", lambda c: {"action": "search"}, _refused("search needs query")),
@@ -392,7 +459,6 @@ CASES = [
          _refused("start 99 is past the end")),
     Case("scope-of-nothing", lambda c: {"action": "search", "query": "leave", "source_ids": ["legal"]},
          _refused("nothing is in scope"), ["group:hr"], ["hr"]),
-    Case("off-action", lambda c: {"action": "traverse", "entity": "Acme"}, _refused(OFF_SENTENCES["traverse"])),
     Case("unused-argument", lambda c: {"action": "search", "query": "x", "cursor": "abc"},
          _refused("cursor is not used by search")),
     Case("bad-cursor", lambda c: {"action": "list", "cursor": "not-a-cursor"},

@@ -212,6 +212,6 @@ async def test_cli_serves_one_database_anonymously(module_database: str, corpus:
         proc.terminate()
         _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert names(answer) == {"holidays.txt", "costs.csv", "sales.xlsx", "budget.csv", "invoice-2525.txt",
-                             "config.json", "broken.pdf"}  # anonymous: no ACL'd document
+                             "config.json", "broken.pdf", "manual.md", "wide.csv"}  # anonymous: no ACL'd document
     text = err.decode()
     assert "anonymous" in text and "UNSCOPED" in text
