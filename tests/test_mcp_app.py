@@ -215,3 +215,22 @@ async def test_cli_serves_one_database_anonymously(module_database: str, corpus:
                              "config.json", "broken.pdf", "manual.md", "wide.csv"}  # anonymous: no ACL'd document
     text = err.decode()
     assert "anonymous" in text and "UNSCOPED" in text
+
+
+async def test_host_header_checks_follow_allowed_hosts(tool_engine: ContextEngine, corpus: Corpus) -> None:
+    """Behind the host's own server any Host reaches the tool; with allowed_hosts, only those do."""
+    open_app = create_mcp_app(tool_engine, principals=[], scope=["hr"])
+    with serve(open_app) as base:
+        answer = await call(base + "/mcp", {"action": "list"}, {"host": "knowledge.example.com"})
+    assert names(answer) == {"holidays.txt"}
+    guarded = create_mcp_app(tool_engine, principals=[], scope=["hr"], allowed_hosts=["127.0.0.1:*"])
+    with serve(guarded) as base:
+        assert names(await call(base + "/mcp", {"action": "list"})) == {"holidays.txt"}
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(
+                base + "/mcp",
+                headers={"host": "attacker.example", "content-type": "application/json",
+                         "accept": "application/json, text/event-stream"},
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+            )
+    assert refused.status_code == 421

@@ -15,11 +15,12 @@ import contextvars
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -72,6 +73,15 @@ def _result(answer: dict[str, Any]) -> types.CallToolResult:
     )
 
 
+def _host_checks(allowed_hosts: Sequence[str] | None) -> TransportSecuritySettings:
+    """The SDK's Host/Origin checks: on for the listed hosts, off when the host's own server decides."""
+    if allowed_hosts is None:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts = list(allowed_hosts)
+    origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
 class KnowledgeMcpApp:
     """An ASGI app serving the knowledge tool; mount it anywhere (``app.mount("/mcp", ...)``).
 
@@ -80,9 +90,14 @@ class KnowledgeMcpApp:
     :meth:`aclose` on shutdown, or enter :meth:`lifespan` from the host's own lifespan.
     """
 
-    def __init__(self, server: Server[Any]):
+    def __init__(self, server: Server[Any], allowed_hosts: Sequence[str] | None = None):
         self.server = server
-        self._asgi = server.streamable_http_app(streamable_http_path="/", stateless_http=True, json_response=True)
+        self._asgi = server.streamable_http_app(
+            streamable_http_path="/",
+            stateless_http=True,
+            json_response=True,
+            transport_security=_host_checks(allowed_hosts),
+        )
         self._runner: asyncio.Task[None] | None = None
         self._started = asyncio.Event()
         self._stop = asyncio.Event()
@@ -151,6 +166,7 @@ def create_mcp_app(
     secret_key: Any = None,
     compute: ComputeRunner | None = None,
     map_reduce: MapReduceRunner | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> KnowledgeMcpApp:
     """Serve ``search_knowledge_base`` over MCP streamable HTTP (stateless, JSON responses).
 
@@ -158,6 +174,8 @@ def create_mcp_app(
     ids, a ``Scope`` or ``UNSCOPED``) are required: each is a value or a zero-argument callable,
     resolved on every call. A resolver that returns None fails that call with a model-facing error,
     so a missing resolver never opens the corpus. ``redaction`` / ``secret_key`` likewise.
+    ``allowed_hosts`` (``"host:port"``, ``*`` for any port) turns on the SDK's DNS-rebinding checks of
+    the Host and Origin headers; leave it None when the serving app already decides which hosts reach it.
     """
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
@@ -204,4 +222,4 @@ def create_mcp_app(
         return _result(answer)
 
     server: Server[Any] = Server("context-engine", on_list_tools=list_tools, on_call_tool=call_tool)
-    return KnowledgeMcpApp(server)
+    return KnowledgeMcpApp(server, allowed_hosts)

@@ -41,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
     if args.database_url:
         config.database_url = args.database_url  # type: ignore[assignment]
     engine = ContextEngine(config)
-    app = create_mcp_app(engine, principals=[], scope=UNSCOPED)
+    local = args.host in ("127.0.0.1", "localhost", "::1")
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"] if local else None  # a local server refuses other Host headers
+    app = create_mcp_app(engine, principals=[], scope=UNSCOPED, allowed_hosts=hosts)
     where = "the embedded PostgreSQL server" if config.database_url is None else "the configured database"
     print(f"context-engine MCP server on http://{args.host}:{args.port}/mcp using {where}.", file=sys.stderr)
     print(
