@@ -53,6 +53,8 @@ class Narrowed:
 
 @dataclass(frozen=True)
 class ToolCall:
+    """Everything one action may use; the host-set fields are resolved before any action runs."""
+
     engine: ContextEngine
     action: str
     args: dict[str, Any]
@@ -85,6 +87,10 @@ class ToolCall:
                 next_action={"action": "discover"},
             )
         return Narrowed(sources, documents, requested is not None)
+
+    def paging_args(self) -> dict[str, Any]:
+        """The model's narrowing arguments, repeated in a ``next_page`` so the next page is the same query."""
+        return {k: self.args[k] for k in ("source_ids", "document_ids", "limit") if k in self.args}
 
     def within_ceiling(self, document: str) -> bool:
         """Whether a document id passes the document-id ceiling (the source ceiling is checked in SQL)."""

@@ -4,6 +4,8 @@ One call is meant to be enough to write the next correct call: every listed docu
 ``chunks`` count and, where it has headings, each heading's first chunk position (a ready ``start``
 for ``get_chunks``); spreadsheets carry their typed columns and ``frame_key``. Lists inside a
 structure are capped when the call did not name its documents, with the remainder counted.
+``fields_by_type`` summarises the documents' structured fields (their attributes) by ``(kind,
+document_type)``; ``document_type`` is null until something writes ``meta.document_type``.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ async def discover(call: ToolCall) -> dict[str, Any]:
     if more and rows:
         cursor = paging.encode("discover", scope, rows[-1])
         answer["next_cursor"] = cursor
-        answer["next_page"] = {"action": "discover", **_narrowing(call), "cursor": cursor}
+        answer["next_page"] = {"action": "discover", **call.paging_args(), "cursor": cursor}
     answer["document_types"] = [
         {"kind": t["kind"], "document_type": red.text(t["document_type"]), "count": int(t["count"])} for t in types
     ]
@@ -89,10 +91,6 @@ async def discover(call: ToolCall) -> dict[str, Any]:
     answer["available_actions"] = _available(call)
     answer["next_action"] = _next_actions(call, documents)
     return answer
-
-
-def _narrowing(call: ToolCall) -> dict[str, Any]:
-    return {k: call.args[k] for k in ("source_ids", "document_ids", "limit") if k in call.args}
 
 
 def _cap(items: list[Any], capped: bool, cap: int) -> tuple[list[Any], int]:

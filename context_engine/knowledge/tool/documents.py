@@ -184,7 +184,6 @@ async def list_documents(call: ToolCall) -> dict[str, Any]:
     answer: dict[str, Any] = {"success": True, "documents": documents, "count": len(documents), "has_more": more}
     if more and rows:
         cursor = paging.encode("list", scope, rows[-1])
-        narrowing = {k: call.args[k] for k in ("source_ids", "document_ids", "limit") if k in call.args}
         answer["next_cursor"] = cursor
-        answer["next_page"] = {"action": "list", **narrowing, "cursor": cursor}
+        answer["next_page"] = {"action": "list", **call.paging_args(), "cursor": cursor}
     return answer
