@@ -9,6 +9,7 @@ host reads its auth.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import threading
@@ -177,9 +178,37 @@ class ServerThread:
 
 @pytest.fixture(scope="module")
 def mcp_url(tool_engine: ContextEngine) -> Iterator[str]:
-    app = create_mcp_app(tool_engine, principals=_header_principals, scope=_header_scope)
+    """Two mounts on one server: ``/mcp`` as deployed, ``/mcp-runners`` with the host runners below."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    plain = create_mcp_app(tool_engine, principals=_header_principals, scope=_header_scope)
+    with_runners = create_mcp_app(
+        tool_engine, principals=_header_principals, scope=_header_scope, **RUNNERS  # type: ignore[arg-type]
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        async with plain.lifespan(), with_runners.lifespan():
+            yield
+
+    app = Starlette(routes=[Mount("/mcp-runners", with_runners), Mount("/mcp", plain)], lifespan=lifespan)
     with ServerThread(app) as base:
         yield base + "/mcp"
+
+
+async def echo_compute(instruction: str, *, source_ids: Any, document_ids: Any, principals: Any) -> dict[str, Any]:
+    """A host compute runner that reports what it was handed (and one address to be masked)."""
+    return {"result": instruction.upper(), "source_ids": source_ids, "document_ids": document_ids,
+            "principals": principals, "contact": "ops@example.com"}
+
+
+async def echo_map_reduce(instruction: str, **kwargs: Any) -> dict[str, Any]:
+    return {"results": [{"document_id": d, "data": {"answer": instruction}} for d in sorted(kwargs["document_ids"])],
+            "processed": len(kwargs["document_ids"]), "limit": kwargs["limit"]}
+
+
+RUNNERS = {"compute": echo_compute, "map_reduce": echo_map_reduce}
 
 
 def _scope_header(scope: Any) -> str:
@@ -210,6 +239,8 @@ class Case:
     check: Callable[[dict[str, Any], Corpus], None]
     principals: Any = field(default_factory=list)
     scope: Any = field(default_factory=lambda: UNSCOPED)
+    #: run with the host's compute and map_reduce runners (and the MCP mount that has them)
+    runners: bool = False
 
 
 def _stable(answer: dict[str, Any]) -> dict[str, Any]:
@@ -225,9 +256,10 @@ def _stable(answer: dict[str, Any]) -> dict[str, Any]:
 
 async def three_doors(engine: ContextEngine, url: str, case: Case, corpus: Corpus) -> dict[str, Any]:
     args = case.args(corpus)
-    by_method = await engine.search_knowledge_base(principals=case.principals, scope=case.scope, **args)
-    by_call = await call_knowledge_tool(engine, principals=case.principals, scope=case.scope, **args)
-    by_mcp = await mcp_call(url, case.principals, case.scope, args)
+    host: dict[str, Any] = dict(RUNNERS) if case.runners else {}
+    by_method = await engine.search_knowledge_base(principals=case.principals, scope=case.scope, **host, **args)
+    by_call = await call_knowledge_tool(engine, principals=case.principals, scope=case.scope, **host, **args)
+    by_mcp = await mcp_call(url + "-runners" if case.runners else url, case.principals, case.scope, args)
     assert _stable(by_method) == _stable(by_call), "call_knowledge_tool differs from the engine method"
     assert _stable(by_method) == _stable(by_mcp), "the MCP tool differs from the engine method"
     return json.loads(json.dumps(by_method, default=str))
@@ -399,6 +431,28 @@ def check_filename_falls_back(answer: dict[str, Any], corpus: Corpus) -> None:
     assert answer["usage"]["legs"]
 
 
+def check_compute_runner(answer: dict[str, Any], corpus: Corpus) -> None:
+    assert answer["success"] is True and answer["result"] == "TOTAL AMOUNT BY REGION"
+    assert answer["source_ids"] == ["finance"] and answer["document_ids"] is None
+    assert answer["principals"] == ["group:hr"]
+
+
+def check_map_reduce_runner(answer: dict[str, Any], corpus: Corpus) -> None:
+    assert answer["success"] is True and answer["limit"] == 2
+    assert answer["processed"] == 2 and "hint" not in answer  # the two newest in hr are prose
+
+
+def check_discover_with_runners(answer: dict[str, Any], corpus: Corpus) -> None:
+    actions = answer["available_actions"]
+    assert "OFF" not in actions["compute"] and "OFF" not in actions["map_reduce"]
+    assert "OFF" in actions["query_meta"]
+
+
+def check_filename_aggregate_mixed(answer: dict[str, Any], corpus: Corpus) -> None:
+    assert answer["hits"][0]["matched_by"] == "filename" and answer["hits"][0]["document_name"] == "costs.csv"
+    assert answer["hint"]["action"] == "compute"
+
+
 def check_not_found_outside_ceiling(answer: dict[str, Any], corpus: Corpus) -> None:
     _refused("was not found")(answer, corpus)
 
@@ -447,6 +501,17 @@ CASES = [
              _refused(sentence))
         for action, sentence in OFF_SENTENCES.items()
     ],
+    Case("compute-runner", lambda c: {"action": "compute", "query": "total amount by region",
+                                      "source_ids": ["finance", "legal"]},
+         check_compute_runner, ["group:hr"], ["finance", "hr"], runners=True),
+    Case("map_reduce-runner", lambda c: {"action": "map_reduce", "query": "is leave mentioned?", "limit": 2},
+         check_map_reduce_runner, ["group:hr"], ["hr"], runners=True),
+    Case("map_reduce-runner-refused-over-sheets", lambda c: {"action": "map_reduce", "query": "mentions north?"},
+         _refused("these documents are spreadsheets"), [], ["sheets"], runners=True),
+    Case("discover-with-runners", lambda c: {"action": "discover", "limit": 1}, check_discover_with_runners,
+         runners=True),
+    Case("search-filename-aggregate-mixed", lambda c: {"action": "search", "query": "what is the total in costs.csv"},
+         check_filename_aggregate_mixed, [], ["finance"]),
     Case("unknown-action", lambda c: {"action": "summarise"}, _refused("unknown action 'summarise'")),
     Case("missing-action", lambda c: {"query": "leave"}, _refused("action is required")),
     Case("missing-query", lambda c: {"action": "search"}, _refused("search needs query")),
