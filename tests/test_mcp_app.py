@@ -207,7 +207,9 @@ async def test_cli_serves_one_database_anonymously(module_database: str, corpus:
     )
     try:
         await _wait_for_port(port, proc, 60)
-        answer = await call(f"http://127.0.0.1:{port}/mcp", {"action": "list"})
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:  # as the README shows it
+            result = await client.call_tool("search_knowledge_base", {"action": "list"})
+        answer = result.structured_content
     finally:
         proc.terminate()
         _, err = await asyncio.wait_for(proc.communicate(), 30)
