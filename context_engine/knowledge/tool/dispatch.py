@@ -78,7 +78,7 @@ async def run_knowledge_tool(
     except Refusal as refusal:
         return refusal.answer()
     except InvalidRequest as exc:
-        return {"success": False, "error": f"{exc.message}. Fix that argument and call again."}
+        return {"success": False, "error": f"{exc.message.rstrip('.')}. Fix that argument and call again."}
     except StorageUnavailable:
         log.warning("knowledge tool: storage unavailable", exc_info=True)
         return {"success": False, "error": "the knowledge base is unavailable right now; try again shortly."}
