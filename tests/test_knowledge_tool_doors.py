@@ -9,6 +9,7 @@ host reads its auth.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -607,3 +608,25 @@ async def test_host_mistakes_raise_in_process(tool_engine: ContextEngine) -> Non
     with pytest.warns(DeprecationWarning, match="principals=None"):
         answer = await tool_engine.search_knowledge_base(action="list", principals=None, scope=["legal"])
     assert {d["name"] for d in answer["documents"]} == {"contract.md"}  # None means trusted
+
+
+async def test_one_pooled_connection_serves_concurrent_calls(module_database: str, corpus: Corpus) -> None:
+    """With a pool of one connection and a short wait, concurrent calls of every reading action finish:
+    no action holds its connection while it waits for another one."""
+    config = make_config(module_database, storage={"auto_migrate": True, "pool_size": 1, "max_overflow": 0,
+                                                   "pool_timeout": 5})
+    async with ContextEngine(config) as engine:
+        calls = [
+            {"action": "discover"},
+            {"action": "list"},
+            {"action": "search", "query": "public holidays"},
+            {"action": "search", "query": "what is in invoice-2525.txt"},
+            {"action": "search", "query": "total amount by region"},
+            {"action": "get_doc", "document_id": corpus["manual.md"]},
+            {"action": "get_docs", "document_ids": [corpus["holidays.txt"], corpus["manual.md"]]},
+            {"action": "get_chunks", "document_id": corpus["costs.csv"]},
+        ]
+        answers = await asyncio.gather(
+            *(engine.search_knowledge_base(principals=[], scope=UNSCOPED, **args) for args in calls * 2)
+        )
+    assert all(a["success"] for a in answers), [a for a in answers if not a["success"]]
