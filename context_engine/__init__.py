@@ -26,7 +26,9 @@ from context_engine.errors import (
     NotFound,
     ProviderError,
 )
+from context_engine.knowledge.tool import KNOWLEDGE_ACTIONS, call_knowledge_tool, knowledge_tool_definition
 from context_engine.principals import TRUSTED
+from context_engine.storage.scope import UNSCOPED, Scope
 
 __version__ = "0.1.0"
 
@@ -34,6 +36,7 @@ _LAZY = {
     "create_router": ("adapters.fastapi", "create_router"),
     "create_flask_blueprint": ("adapters.flask", "create_flask_blueprint"),
     "create_django_urlpatterns": ("adapters.django", "create_django_urlpatterns"),
+    "create_mcp_app": ("context_engine.mcp", "create_mcp_app"),
 }
 
 
@@ -47,7 +50,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "KNOWLEDGE_ACTIONS",
     "TRUSTED",
+    "UNSCOPED",
     "ContextEngine",
     "ContextEngineConfig",
     "ContextEngineError",
@@ -60,9 +65,13 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "ProviderError",
+    "Scope",
     "SearchConfig",
     "StorageConfig",
+    "call_knowledge_tool",
     "create_django_urlpatterns",
     "create_flask_blueprint",
+    "create_mcp_app",
     "create_router",
+    "knowledge_tool_definition",
 ]

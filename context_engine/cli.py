@@ -12,6 +12,7 @@ from typing import Any
 
 from context_engine import skill
 from context_engine.config import ContextEngineConfig
+from context_engine.mcp import cli as mcp_cli
 
 DESCRIPTION = """\
 Permission-aware hybrid retrieval on PostgreSQL.
@@ -97,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--max-acls", type=int, default=20, help="ACL values checked, smallest first (default 20)")
     exp.add_argument("--threshold", type=int, help="the library's exact/approximate crossover (default: config)")
     skill.add_parser(sub)
+    mcp_cli.add_parser(sub)
     return parser
 
 
@@ -119,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_check_acl_exposure(args))
         if args.command == "install-skill":
             return skill.run(args)
+        if args.command == "mcp":
+            return mcp_cli.run(args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

@@ -394,6 +394,51 @@ class ContextEngine:
 
         return await agents.links(await self._ready(), agent_id)
 
+    # ------------------------------------------------------------------ knowledge tool
+    async def search_knowledge_base(
+        self,
+        *,
+        action: str | None = None,
+        principals: Iterable[str] | object | None = None,
+        scope: Any,
+        redaction: RedactionPolicy | None = None,
+        secret_key: str | bytes | None = None,
+        compute: Any = None,
+        map_reduce: Any = None,
+        **model_args: Any,
+    ) -> dict[str, Any]:
+        """The knowledge tool (``context_engine.knowledge.tool``): one ``action`` per call.
+
+        ``scope`` is the host's ceiling and has no default (``None`` raises); ``principals=None``
+        warns and means trusted. Model mistakes answer ``{"success": false, "error": ...}``.
+        """
+        from context_engine.knowledge.tool.dispatch import run_knowledge_tool
+
+        return await run_knowledge_tool(
+            self,
+            action=action,
+            principals=principals,
+            scope=scope,
+            redaction=redaction,
+            secret_key=secret_key,
+            compute=compute,
+            map_reduce=map_reduce,
+            model_args=model_args,
+        )
+
+    def output_redactor(
+        self,
+        caller: tuple[str, ...] | None,
+        redaction: RedactionPolicy | None = None,
+        secret_key: str | bytes | None = None,
+    ) -> Redactor:
+        """The output redaction one call applies (``caller`` as ``principals.resolve`` returns it)."""
+        return self._redactor(caller, redaction, secret_key)
+
+    async def database(self) -> AsyncEngine:
+        """The connection pool, migrated or checked: for reads that live outside this class."""
+        return await self._ready()
+
 
 # ---------------------------------------------------------------------- helpers
 def _totals(reports: list[DocumentReport]) -> IngestReport:

@@ -1,0 +1,87 @@
+"""The one implementation behind every door: the engine method, ``call_knowledge_tool`` and MCP.
+
+Handlers are registered by action name; an action is answered OFF with its fixed sentence when its
+availability check says so, which is decided per call (a host runner turns compute on for one call).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from context_engine.errors import ContextEngineError, InvalidRequest, StorageUnavailable
+from context_engine.knowledge.tool import arguments, discover, documents, runners, search
+from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner, Refusal, ToolCall
+from context_engine.knowledge.tool.off import off_reason
+from context_engine.principals import resolve
+from context_engine.redaction import RedactionPolicy
+from context_engine.storage.scope import Scope, resolve_scope
+
+if TYPE_CHECKING:
+    from context_engine.engine import ContextEngine
+
+log = logging.getLogger("context_engine.knowledge_tool")
+
+Handler = Callable[[ToolCall], Awaitable[dict[str, Any]]]
+
+#: action -> handler; an action missing here is answered with its OFF sentence
+HANDLERS: dict[str, Handler] = {
+    "discover": discover.discover,
+    "search": search.search,
+    "get_doc": documents.get_doc,
+    "get_docs": documents.get_docs,
+    "get_chunks": documents.get_chunks,
+    "list": documents.list_documents,
+    "compute": runners.compute,
+    "map_reduce": runners.map_reduce,
+}
+
+
+async def run_knowledge_tool(
+    engine: ContextEngine,
+    *,
+    action: Any,
+    principals: Any,
+    scope: Scope | Sequence[str] | None,
+    redaction: RedactionPolicy | None = None,
+    secret_key: str | bytes | None = None,
+    compute: ComputeRunner | None = None,
+    map_reduce: MapReduceRunner | None = None,
+    model_args: dict[str, Any],
+) -> dict[str, Any]:
+    """Answer one call. Host mistakes (no scope, a bad principals value) raise; everything a model
+    can cause is answered ``{"success": false, "error": ...}``."""
+    ceiling = resolve_scope(scope)
+    caller = resolve(principals)
+    if redaction is not None and not isinstance(redaction, RedactionPolicy):
+        raise TypeError("redaction must be a RedactionPolicy")
+    try:
+        name, args = arguments.check(action, model_args)
+        call = ToolCall(
+            engine=engine,
+            action=name,
+            args=args,
+            principals=caller,
+            ceiling=ceiling,
+            redactor=engine.output_redactor(caller, redaction, secret_key),
+            redaction=redaction,
+            secret_key=secret_key,
+            compute=compute,
+            map_reduce=map_reduce,
+        )
+        off = off_reason(name, call)
+        handler = HANDLERS.get(name)
+        if off is not None or handler is None:
+            raise Refusal(off or f"{name} is off on this deployment.")
+        return await handler(call)
+    except Refusal as refusal:
+        return refusal.answer()
+    except InvalidRequest as exc:
+        return {"success": False, "error": f"{exc.message.rstrip('.')}. Fix that argument and call again."}
+    except StorageUnavailable:
+        log.warning("knowledge tool: storage unavailable", exc_info=True)
+        return {"success": False, "error": "the knowledge base is unavailable right now; try again shortly."}
+    except ContextEngineError as exc:
+        log.warning("knowledge tool: %s failed with %s", action, exc.code)
+        return {"success": False, "error": f"{action} could not be answered ({exc.code}); try another action."}

@@ -1,0 +1,225 @@
+"""``create_mcp_app``: the knowledge tool served over MCP streamable HTTP with the official SDK.
+
+The host's principals, scope, redaction policy and hash key are resolved on every tool call, each
+from a value or a zero-argument callable (sync or async). While a resolver runs,
+:func:`current_request` returns the incoming HTTP request, so a host can read its own auth from it.
+The tool's answer is the same dict the engine method returns, sent as structured content and as
+JSON text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner
+from context_engine.knowledge.tool.definition import MCP_SCOPE_SENTENCE, TOOL_NAME, knowledge_tool_definition
+from context_engine.knowledge.tool.dispatch import run_knowledge_tool
+
+if TYPE_CHECKING:
+    from context_engine.engine import ContextEngine
+
+log = logging.getLogger("context_engine.mcp")
+
+_request: contextvars.ContextVar[Request | None] = contextvars.ContextVar("context_engine_mcp_request", default=None)
+
+HOST_ERROR = "this tool is not configured correctly on the server, so it cannot answer; tell the user."
+
+
+def current_request() -> Request | None:
+    """The HTTP request of the MCP tool call being resolved (None outside one)."""
+    return _request.get()
+
+
+async def _resolve(value: Any) -> Any:
+    """A value, or what a zero-argument callable (sync or async) returns."""
+    if callable(value):
+        value = value()
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+def _tool() -> types.Tool:
+    definition = knowledge_tool_definition()
+    return types.Tool(
+        name=definition["name"],
+        description=f"{definition['description']}\n\n{MCP_SCOPE_SENTENCE}",
+        input_schema=definition["input_schema"],
+        annotations=types.ToolAnnotations(
+            read_only_hint=definition["annotations"]["readOnlyHint"],
+            open_world_hint=definition["annotations"]["openWorldHint"],
+        ),
+    )
+
+
+def _result(answer: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(answer, default=str))],
+        structured_content=answer,
+        is_error=not answer.get("success", False),
+    )
+
+
+def _host_checks(allowed_hosts: Sequence[str] | None) -> TransportSecuritySettings:
+    """The SDK's Host/Origin checks: on for the listed hosts, off when the host's own server decides."""
+    if allowed_hosts is None:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts = list(allowed_hosts)
+    origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+class KnowledgeMcpApp:
+    """An ASGI app serving the knowledge tool; mount it anywhere (``app.mount("/mcp", ...)``).
+
+    Served on its own, its lifespan starts the SDK's session manager. Mounted inside another app
+    (whose lifespan does not reach mounted apps) the manager starts on the first request; call
+    :meth:`aclose` on shutdown, or enter :meth:`lifespan` from the host's own lifespan.
+    """
+
+    def __init__(self, server: Server[Any], allowed_hosts: Sequence[str] | None = None):
+        self.server = server
+        self._asgi = server.streamable_http_app(
+            streamable_http_path="/",
+            stateless_http=True,
+            json_response=True,
+            transport_security=_host_checks(allowed_hosts),
+        )
+        self._runner: asyncio.Task[None] | None = None
+        self._started = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
+        """Run the session manager for as long as the block lasts."""
+        async with self.server.session_manager.run():
+            self._started.set()
+            try:
+                yield
+            finally:
+                self._started = asyncio.Event()
+
+    async def _run_until_closed(self) -> None:
+        async with self.lifespan():
+            await self._stop.wait()
+
+    async def _ensure_started(self) -> None:
+        async with self._lock:
+            if self._started.is_set():
+                return
+            if self._runner is None:
+                self._runner = asyncio.create_task(self._run_until_closed(), name="context-engine-mcp")
+        await self._started.wait()
+
+    async def aclose(self) -> None:
+        """Stop a session manager this app started for itself."""
+        if self._runner is not None:
+            self._stop.set()
+            await self._runner
+            self._runner = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._serve_lifespan(receive, send)
+            return
+        if scope["type"] == "http":
+            await self._ensure_started()
+            # the SDK's route sits at "/": whatever path this app is reached at becomes its root
+            root = scope["path"].rstrip("/")
+            scope = {**scope, "root_path": root, "path": root + "/"}
+        await self._asgi(scope, receive, send)
+
+    async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
+        """The ASGI lifespan protocol when this app is served on its own."""
+        message = await receive()
+        if message["type"] != "lifespan.startup":
+            return
+        self._runner = asyncio.create_task(self._run_until_closed(), name="context-engine-mcp")
+        await self._started.wait()
+        await send({"type": "lifespan.startup.complete"})
+        while (await receive())["type"] != "lifespan.shutdown":
+            pass
+        await self.aclose()
+        await send({"type": "lifespan.shutdown.complete"})
+
+
+def create_mcp_app(
+    engine: ContextEngine,
+    *,
+    principals: Any,
+    scope: Any,
+    redaction: Any = None,
+    secret_key: Any = None,
+    compute: ComputeRunner | None = None,
+    map_reduce: MapReduceRunner | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+) -> KnowledgeMcpApp:
+    """Serve ``search_knowledge_base`` over MCP streamable HTTP (stateless, JSON responses).
+
+    ``principals`` (``[]`` is anonymous, ``TRUSTED`` skips the ACL) and ``scope`` (a list of source
+    ids, a ``Scope`` or ``UNSCOPED``) are required: each is a value or a zero-argument callable,
+    resolved on every call. A resolver that returns None fails that call with a model-facing error,
+    so a missing resolver never opens the corpus. ``redaction`` / ``secret_key`` likewise.
+    ``allowed_hosts`` (``"host:port"``, ``*`` for any port) turns on the SDK's DNS-rebinding checks of
+    the Host and Origin headers; leave it None when the serving app already decides which hosts reach it.
+    """
+
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+        return types.ListToolsResult(tools=[_tool()])
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        if params.name != TOOL_NAME:
+            return _result({"success": False, "error": f"unknown tool {params.name!r}; call {TOOL_NAME}."})
+        token = _request.set(ctx.request if isinstance(ctx.request, Request) else None)
+        try:
+            caller = await _resolve(principals)
+            ceiling = await _resolve(scope)
+            policy = await _resolve(redaction)
+            key = await _resolve(secret_key)
+        except Exception:
+            log.exception("knowledge tool over MCP: a host resolver raised")
+            return _result({"success": False, "error": HOST_ERROR})
+        finally:
+            _request.reset(token)
+        if caller is None or ceiling is None:
+            missing = "principals" if caller is None else "scope"
+            log.error("knowledge tool over MCP: the host's %s resolver returned None", missing)
+            return _result({"success": False, "error": HOST_ERROR})
+        args = dict(params.arguments or {})
+        action = args.pop("action", None)
+        try:
+            answer = await run_knowledge_tool(
+                engine,
+                action=action,
+                principals=caller,
+                scope=ceiling,
+                redaction=policy,
+                secret_key=key,
+                compute=compute,
+                map_reduce=map_reduce,
+                model_args=args,
+            )
+        except (TypeError, ValueError):
+            log.exception("knowledge tool over MCP: the host passed an unusable value")
+            answer = {"success": False, "error": HOST_ERROR}
+        except Exception:
+            log.exception("knowledge tool over MCP: %s failed", action)
+            answer = {"success": False, "error": "the knowledge tool failed unexpectedly; try again shortly."}
+        return _result(answer)
+
+    server: Server[Any] = Server("context-engine", on_list_tools=list_tools, on_call_tool=call_tool)
+    return KnowledgeMcpApp(server, allowed_hosts)

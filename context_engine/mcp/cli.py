@@ -1,0 +1,59 @@
+"""``context-engine mcp``: serve one database's knowledge tool over MCP streamable HTTP.
+
+Every caller is anonymous (sees only documents with an empty ACL) and the ceiling is UNSCOPED (every
+source); both are said on start. A host that needs real callers mounts ``create_mcp_app`` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any
+
+from context_engine.config import ContextEngineConfig
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``mcp`` on the CLI's subcommands."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "mcp", help="serve the knowledge tool over MCP streamable HTTP (anonymous callers, whole corpus)"
+    )
+    parser.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from context_engine.mcp.app import create_mcp_app
+    except ImportError:
+        print('error: serving MCP needs the mcp extra: pip install "pg-context-engine[mcp]"', file=sys.stderr)
+        return 2
+    from context_engine.engine import ContextEngine
+    from context_engine.storage.scope import UNSCOPED
+
+    config = ContextEngineConfig()
+    if args.database_url:
+        config.database_url = args.database_url  # type: ignore[assignment]
+    engine = ContextEngine(config)
+    local = args.host in ("127.0.0.1", "localhost", "::1")
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"] if local else None  # a local server refuses other Host headers
+    app = create_mcp_app(engine, principals=[], scope=UNSCOPED, allowed_hosts=hosts)
+    where = "the embedded PostgreSQL server" if config.database_url is None else "the configured database"
+    print(f"context-engine MCP server on http://{args.host}:{args.port}/mcp using {where}.", file=sys.stderr)
+    print(
+        "Principals: anonymous for every caller (only documents with an empty ACL are visible). "
+        "Scope: UNSCOPED (every source).",
+        file=sys.stderr,
+    )
+    print("No authentication is applied; keep it on localhost.", file=sys.stderr, flush=True)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=os.environ.get("CE_LOG_LEVEL", "warning"))
+    finally:
+        asyncio.run(engine.aclose())  # releases the embedded server this process started
+    return 0
