@@ -1,0 +1,41 @@
+"""JSON-Schema checks for tool arguments (the schema a model is shown is the one enforced)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from context_engine.tools.errors import ToolArgumentsInvalid, ToolConfigInvalid
+
+OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
+
+
+def checked_schema(schema: Any) -> dict[str, Any]:
+    """``schema`` if it is a valid JSON Schema for an arguments object, else a precise refusal."""
+    if schema is None:
+        return dict(OBJECT_SCHEMA)
+    if not isinstance(schema, dict):
+        raise ToolConfigInvalid("parameters must be a JSON Schema object")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise ToolConfigInvalid(f"parameters is not a valid JSON Schema: {exc.message}") from None
+    if "type" not in schema and "properties" in schema:
+        schema = {"type": "object", **schema}
+    return schema
+
+
+def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
+    """Raise ``ToolArgumentsInvalid`` naming the first violation (by path) of ``arguments``."""
+    if not isinstance(arguments, dict):
+        raise ToolArgumentsInvalid("arguments must be a JSON object")
+    errors = sorted(Draft202012Validator(schema).iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(root)"
+        raise ToolArgumentsInvalid(
+            f"arguments do not match the tool's schema at {where}: {first.message}",
+            details={"path": [str(p) for p in first.absolute_path], "rule": str(first.validator)},
+        )
