@@ -565,8 +565,8 @@ class ContextEngine:
 
         if not isinstance(tool, ToolConfig):
             raise InvalidRequest("register_tool takes a ToolConfig")
-        cipher = ConfigCipher(self.config.secret_key)
-        entry = await registry.insert(await self._ready(), tool, cipher)
+        sql = await self._ready()
+        entry = await registry.insert(sql, tool, ConfigCipher(self.config.secret_key))
         return entry.public(trusted=True)
 
     def register_function_tool(
