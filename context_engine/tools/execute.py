@@ -39,7 +39,7 @@ from context_engine.tools.functions import FunctionRegistry, FunctionTool
 from context_engine.tools.plain import jsonable
 from context_engine.tools.registry import ToolEntry
 from context_engine.tools.schema import validate_arguments
-from context_engine.tools.secrets import scrub, secret_values
+from context_engine.tools.secrets import hidden_from_logs, scrub, secret_values
 from context_engine.tools.shaping import ResponseMode, shape_result
 
 log = logging.getLogger("context_engine.tools")
@@ -209,7 +209,8 @@ async def execute_tool(
                 record.outcome, record.approval_id = "approval_required", pending.approval_id
                 return _approval_payload(pending)
             record.approval_id = claimed
-        raw = jsonable(await _run(runtime, tool, config, args))
+        with hidden_from_logs(secrets):
+            raw = jsonable(await _run(runtime, tool, config, args))
         result = redactor.obj(scrub(raw, secrets))
         record.result, record.outcome = result, "success"
         mode = options.response_mode or config.get("response_mode") or "json"

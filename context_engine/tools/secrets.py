@@ -1,12 +1,18 @@
 """The secret values inside a tool's config, so none of them can leave in a result or an error.
 
 A remote service may echo a credential back (an error page quoting the Authorization header, a
-driver message naming the URL); every returned value, audit row and error is scrubbed of these.
+driver message naming the URL); every returned value, audit row and error is scrubbed of these, and so is any record the HTTP
+libraries log while the tool runs (httpx logs each request's URL, static query secrets included).
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -64,3 +70,48 @@ def scrub(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, list | tuple):
         return [scrub(v, secrets) for v in value]
     return value
+
+
+#: the secrets of the tool call running in this context (a task's own copy, so calls never mix)
+_ACTIVE: ContextVar[tuple[str, ...]] = ContextVar("context_engine_tool_secrets", default=())
+#: the HTTP libraries that log request lines (httpx logs every URL, query string included, at INFO)
+_LIBRARY_LOGGERS = (
+    "httpx",
+    "httpx2",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "mcp.client.streamable_http",
+)
+_installed = False
+_install_lock = threading.Lock()
+
+
+class _ScrubSecrets(logging.Filter):
+    """Rewrites a library's log record when the current tool call's secrets appear in it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = _ACTIVE.get()
+        if secrets:
+            message = record.getMessage()
+            cleaned = scrub(message, list(secrets))
+            if cleaned != message:
+                record.msg, record.args = cleaned, None
+        return True
+
+
+@contextmanager
+def hidden_from_logs(secrets: list[str]) -> Iterator[None]:
+    """While a tool runs, keep its config's secrets out of the HTTP libraries' log records."""
+    global _installed
+    if not _installed:
+        with _install_lock:
+            if not _installed:
+                for name in _LIBRARY_LOGGERS:
+                    logging.getLogger(name).addFilter(_ScrubSecrets())
+                _installed = True
+    token = _ACTIVE.set(tuple(secrets))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
