@@ -68,7 +68,7 @@ async def call(config: dict[str, Any], arguments: dict[str, Any]) -> dict[str, A
         # the driver's text names the host, user and sometimes the password: none of it is shown
         raise ToolExecutionFailed("could not connect to the tool's database", code="tool_unavailable") from None
     try:
-        conn.read_only = True
+        await conn.set_read_only(True)
         async with conn.cursor() as cur:
             await cur.execute(
                 pgsql.SQL("SELECT set_config('statement_timeout', {}, true)").format(pgsql.Literal(str(timeout_ms)))
