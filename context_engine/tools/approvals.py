@@ -1,7 +1,8 @@
 """The single-use approval state machine: pending -> approved | denied | expired; approved -> consumed once.
 
 A gated call first tries to claim an approved record for the same request (same tool, call name
-and arguments) in the same ``approval_scope`` whose principals overlap the caller's. The claim is
+and arguments) in the same ``approval_scope`` opened by the same caller or by one whose principals
+overlap the caller's (a record opened by a trusted caller carries none and binds no caller). The claim is
 one ``UPDATE ... WHERE status = 'approved' RETURNING``, so of any number of concurrent claimants
 exactly one wins. Without a claim the call opens (or joins) the pending record for the request.
 """
@@ -48,12 +49,17 @@ async def claim(sql: AsyncEngine, digest: str, scope: str, caller: tuple[str, ..
                 "UPDATE ce_tool_approvals SET status = 'consumed', consumed_at = now() "
                 "WHERE id = (SELECT id FROM ce_tool_approvals "
                 "  WHERE request_hash = :h AND approval_scope = :s AND status = 'approved' AND expires_at > now() "
-                "    AND (principals IS NULL OR CAST(:caller AS text[]) IS NULL "
+                "    AND (principals IS NULL OR CAST(:caller AS text[]) IS NULL OR principals_key = :k "
                 "         OR principals && CAST(:caller AS text[])) "
                 "  ORDER BY resolved_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
                 "AND status = 'approved' RETURNING id"
             ),
-            {"h": digest, "s": scope, "caller": list(caller) if caller is not None else None},
+            {
+                "h": digest,
+                "s": scope,
+                "k": principals_key(caller),
+                "caller": list(caller) if caller is not None else None,
+            },
         )
         found = row.scalar_one_or_none()
     return str(found) if found is not None else None
