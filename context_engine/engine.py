@@ -530,7 +530,6 @@ class ContextEngine:
 
         return await agents.links(await self._ready(), agent_id)
 
-
     # ------------------------------------------------------------------ tools
     def _tool_functions(self) -> Any:
         """The function tools registered on this engine (shared by its views)."""

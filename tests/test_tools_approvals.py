@@ -19,8 +19,12 @@ from context_engine.tools import (
     ToolConfig,
     resolve_approval,
 )
+from tests import tools_support
 from tests.fakes import FakeHTTPServer, json_reply
-from tests.tools_support import hook_log, table_rows, tools_engine  # noqa: F401
+from tests.tools_support import table_rows
+
+hook_log = tools_support.hook_log  # a shared fixture
+tools_engine = tools_support.tools_engine  # a shared fixture
 
 
 class Counter:
@@ -106,9 +110,7 @@ async def test_resolving_is_single_use_and_precise(tools_engine: ContextEngine) 
 async def test_expired_approvals_cannot_be_approved_or_claimed(tools_engine: ContextEngine, database_url: str) -> None:
     counter = gated(tools_engine)
     args = {"amount": 3, "to": "late"}
-    opened = await tools_engine.execute_tool(
-        "fn_pay", args, principals=[], approval_scope="s", approval_ttl_seconds=1
-    )
+    opened = await tools_engine.execute_tool("fn_pay", args, principals=[], approval_scope="s", approval_ttl_seconds=1)
     await asyncio.sleep(1.2)
     with pytest.raises(ApprovalExpired) as caught:
         await resolve_approval(tools_engine, opened["approval_required"]["approval_id"], "approved")
@@ -131,10 +133,7 @@ async def test_fifty_concurrent_claimants_run_it_exactly_once(tools_engine: Cont
     opened = await tools_engine.execute_tool("fn_pay", args, principals=["user:a"], approval_scope="run")
     await resolve_approval(tools_engine, opened["approval_required"]["approval_id"], "approved", approver="boss")
     outcomes = await asyncio.gather(
-        *(
-            tools_engine.execute_tool("fn_pay", args, principals=["user:a"], approval_scope="run")
-            for _ in range(50)
-        )
+        *(tools_engine.execute_tool("fn_pay", args, principals=["user:a"], approval_scope="run") for _ in range(50))
     )
     ran = [o for o in outcomes if "result" in o]
     asked = [o for o in outcomes if "approval_required" in o]

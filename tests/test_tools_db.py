@@ -18,8 +18,8 @@ from context_engine.redaction import RedactionPolicy, RedactionRule
 from context_engine.tools import ToolArgumentsInvalid, ToolConfig, ToolExecutionFailed
 from context_engine.tools.errors import ToolTimeout
 from context_engine.tools.errortext import WITHHELD
-from tests.conftest import _with_database, make_config
-from tests.tools_support import SECRET_KEY, HookLog, table_rows
+from tests.conftest import make_config
+from tests.tools_support import SECRET_KEY, HookLog, other_database, table_rows
 
 PASSWORD = "pw-readonly-3c9d81f0ab"
 
@@ -36,7 +36,7 @@ def sales_db(pg_base_url: str) -> Iterator[dict[str, str]]:
     with psycopg.connect(pg_base_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
         conn.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{PASSWORD}'")
-    admin = _with_database(pg_base_url, name)
+    admin = other_database(pg_base_url, name)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute("CREATE TABLE orders (id int PRIMARY KEY, customer text, note text, total numeric)")
         conn.execute(
@@ -90,7 +90,10 @@ async def test_rows_columns_and_the_tools_row_cap(engine_with_email_masking: Con
     assert result["columns"] == ["id", "note", "total"] and result["truncated"] is True and result["row_count"] == 5
     assert result["rows"][:2] == [{"id": 1, "note": "tab\there", "total": 1.5}, {"id": 2, "note": None, "total": 3}]
     tsv = await eng.execute_tool(
-        "db_sales", {"query": "SELECT id, note FROM orders ORDER BY id"}, principals=[], response_mode="tsv",
+        "db_sales",
+        {"query": "SELECT id, note FROM orders ORDER BY id"},
+        principals=[],
+        response_mode="tsv",
         result_max_rows=3,
     )
     assert tsv["result"]["rows"] == "id\tnote\n1\ttab\\there\n2\t\\N\n3\ttab\\there"

@@ -136,8 +136,12 @@ async def test_private_addresses_are_reachable_only_when_the_config_says_so(
         server.route("GET", "/ok", json_reply(200, {"reached": True}))
         url = server.url("/ok")
         await engine.register_tool(ToolConfig(name="closed", kind="http", config={"url": url}))
-        await engine.register_tool(ToolConfig(name="open", kind="http", config={"url": url, "allow_private_network": True}))
-        await engine.register_tool(ToolConfig(name="named", kind="http", config={"url": url, "allowed_hosts": ["127.0.0.1"]}))
+        await engine.register_tool(
+            ToolConfig(name="open", kind="http", config={"url": url, "allow_private_network": True})
+        )
+        await engine.register_tool(
+            ToolConfig(name="named", kind="http", config={"url": url, "allowed_hosts": ["127.0.0.1"]})
+        )
         other_host = {"url": url, "allowed_hosts": ["internal.example"]}
         await engine.register_tool(ToolConfig(name="wrong_host", kind="http", config=other_host))
         with pytest.raises(EgressRefused):
@@ -181,7 +185,9 @@ async def test_names_resolving_to_private_addresses_are_refused(host: str, addre
 
 async def test_metadata_stays_refused_when_private_networks_are_allowed() -> None:
     allow = EgressPolicy(allow_private_network=True)
-    resolver = resolver_of({"meta.test": ["169.254.169.254"], "db.internal": ["10.1.1.1"], "pub.test": ["93.184.216.34"]})
+    resolver = resolver_of(
+        {"meta.test": ["169.254.169.254"], "db.internal": ["10.1.1.1"], "pub.test": ["93.184.216.34"]}
+    )
     with pytest.raises(EgressRefused):
         await checked_address(httpx.URL("http://meta.test/"), allow, resolver)
     with pytest.raises(EgressRefused):

@@ -16,9 +16,13 @@ from context_engine import ContextEngine
 from context_engine.hooks import Hooks
 from context_engine.tools import ToolArgumentsInvalid, ToolConfig, ToolExecutionFailed
 from context_engine.tools.errors import ToolTimeout
+from tests import tools_support
 from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer, Target, json_reply
-from tests.tools_support import SECRET_KEY, HookLog, hook_log, table_rows, tools_engine  # noqa: F401
+from tests.tools_support import SECRET_KEY, HookLog, table_rows
+
+hook_log = tools_support.hook_log  # a shared fixture
+tools_engine = tools_support.tools_engine  # a shared fixture
 
 TOKEN = "tok-http-5f1c2a9e77d3"
 API_KEY = "key-http-8842bd01c6"
@@ -135,7 +139,11 @@ async def test_response_mode_from_config_and_the_caller_overrides_it(tools_engin
         assert tsv.split("\n")[:2] == ["id\tname", "0\tn0"] and len(tsv.split("\n")) == 101
         assert out["result"]["_result_shaping"] == {"data.items": {"rows_returned": 100, "rows_omitted": 50}}
         as_json = await tools_engine.execute_tool(
-            "http_weather", {"city": "Oslo"}, principals=[], response_mode="json", result_max_rows=None,
+            "http_weather",
+            {"city": "Oslo"},
+            principals=[],
+            response_mode="json",
+            result_max_rows=None,
             result_max_chars=None,
         )
         assert as_json["result"]["data"]["items"] == items

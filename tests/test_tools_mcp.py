@@ -17,7 +17,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from context_engine import ContextEngine
 from context_engine.tools import EgressRefused, ToolArgumentsInvalid, ToolConfig, ToolExecutionFailed
-from tests.tools_support import hook_log, table_rows, tools_engine  # noqa: F401
+from tests import tools_support
+from tests.tools_support import table_rows
+
+hook_log = tools_support.hook_log  # a shared fixture
+tools_engine = tools_support.tools_engine  # a shared fixture
 
 TOKEN = "Bearer mcp-secret-71c0de55aa"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from context_engine import ContextEngine, TRUSTED
+from context_engine import TRUSTED, ContextEngine
 from context_engine.errors import ConfigError
 from context_engine.tools import (
     AmbiguousToolError,
@@ -18,9 +18,13 @@ from context_engine.tools import (
     ToolConfigInvalid,
     ToolNotFound,
 )
+from tests import tools_support
 from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer, json_reply
-from tests.tools_support import SECRET_KEY, hook_log, table_rows, tools_engine  # noqa: F401
+from tests.tools_support import SECRET_KEY, table_rows
+
+hook_log = tools_support.hook_log  # a shared fixture
+tools_engine = tools_support.tools_engine  # a shared fixture
 
 TOKEN = "Bearer tok-registry-0b5e9c1d7a"
 
@@ -123,8 +127,9 @@ async def test_invisible_and_missing_tools_read_the_same(tools_engine: ContextEn
             await tools_engine.execute_tool("http_get_weather", {"city": "x"}, principals=["user:a"], **kwargs)
         answers.append(hidden.value)
     with pytest.raises(ToolNotFound) as missing:
-        await tools_engine.execute_tool("http_get_weather", {"city": "x"}, principals=["user:a"], tool_id=
-                                        "00000000-0000-0000-0000-000000000000")
+        await tools_engine.execute_tool(
+            "http_get_weather", {"city": "x"}, principals=["user:a"], tool_id="00000000-0000-0000-0000-000000000000"
+        )
     answers.append(missing.value)
     with pytest.raises(ToolNotFound) as bad_id:
         await tools_engine.execute_tool("http_get_weather", {"city": "x"}, principals=["user:a"], tool_id="nope")
@@ -138,7 +143,9 @@ async def test_invisible_and_missing_tools_read_the_same(tools_engine: ContextEn
 async def test_search_filters_and_with_query_ranks_and_excludes(tools_engine: ContextEngine) -> None:
     await tools_engine.register_tool(weather("https://example.com/w"))
     await tools_engine.register_tool(
-        ToolConfig(name="sales", kind="db", description="Orders and revenue", config={"database_url": "postgresql://h/d"})
+        ToolConfig(
+            name="sales", kind="db", description="Orders and revenue", config={"database_url": "postgresql://h/d"}
+        )
     )
     await tools_engine.register_tool(
         ToolConfig(

@@ -109,7 +109,7 @@ def test_a_long_result_without_tables_is_cut_by_characters() -> None:
 
 def test_strip_error_text_drops_row_data() -> None:
     raw = (
-        "(psycopg.errors.UniqueViolation) duplicate key value violates unique constraint \"ux_email\"\n"
+        '(psycopg.errors.UniqueViolation) duplicate key value violates unique constraint "ux_email"\n'
         "DETAIL:  Key (email)=(alice@example.com) already exists.\n"
         "HINT:  use another one\n"
         "LINE 1: INSERT INTO users VALUES ('alice@example.com')\n"
@@ -122,7 +122,9 @@ def test_strip_error_text_drops_row_data() -> None:
     assert "alice" not in out and "DETAIL" not in out and "HINT" not in out and "[SQL" not in out
     assert '"ux_email"' in out  # identifiers that say what broke stay
     assert strip_error_text("value 'secret-value' is bad") == "value '?' is bad"
-    echoed = strip_error_text("syntax error in SELECT secret_col FROM t WHERE x = 1", statements=["SELECT secret_col FROM t WHERE x = 1"])
+    echoed = strip_error_text(
+        "syntax error in SELECT secret_col FROM t WHERE x = 1", statements=["SELECT secret_col FROM t WHERE x = 1"]
+    )
     assert "secret_col" not in echoed
 
 

@@ -43,3 +43,9 @@ def table_rows(database_url: str, query: str) -> list[dict[str, Any]]:
     with psycopg.connect(database_url) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
         cur.execute(query)
         return list(cur.fetchall())
+
+
+def other_database(url: str, name: str) -> str:
+    """``url`` pointing at database ``name`` on the same server (socket-directory URLs included)."""
+    head, _, query = url.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")

@@ -1,8 +1,9 @@
 """The secret values inside a tool's config, so none of them can leave in a result or an error.
 
 A remote service may echo a credential back (an error page quoting the Authorization header, a
-driver message naming the URL); every returned value, audit row and error is scrubbed of these, and so is any record the HTTP
-libraries log while the tool runs (httpx logs each request's URL, static query secrets included).
+driver message naming the URL); every returned value, audit row and error is scrubbed of these,
+and so is any record the HTTP libraries log while the tool runs (httpx logs each request's URL,
+static query secrets included).
 """
 
 from __future__ import annotations
