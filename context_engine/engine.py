@@ -677,7 +677,8 @@ class ContextEngine:
         from context_engine.tools.execute import CallOptions, execute_tool
 
         caller = resolve(principals)  # type: ignore[arg-type]
-        if not isinstance(approval_ttl_seconds, int | float) or not 1 <= approval_ttl_seconds <= 30 * 86400:
+        ttl = approval_ttl_seconds
+        if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 1 <= ttl <= 30 * 86400:
             raise InvalidRequest("approval_ttl_seconds must be between 1 and 2592000 (30 days)")
         options = CallOptions(
             approval_scope=approval_scope,

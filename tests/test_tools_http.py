@@ -176,3 +176,33 @@ async def test_a_non_json_body_comes_back_as_text(tools_engine: ContextEngine) -
         await tools_engine.register_tool(tool(server, "/t"))
         out = await tools_engine.execute_tool("http_weather", {"city": "Oslo"}, principals=[])
         assert out["result"] == {"status_code": 200, "data": "plain words"}
+
+
+async def test_an_oversized_response_is_refused(tools_engine: ContextEngine, database_url: str) -> None:
+    with FakeHTTPServer() as server:
+        server.route("GET", "/big", json_reply(200, {"blob": "z" * 5000}))
+        await tools_engine.register_tool(tool(server, "/big", max_response_bytes=1000))
+        with pytest.raises(ToolExecutionFailed) as caught:
+            await tools_engine.execute_tool("http_weather", {"city": "Oslo"}, principals=[])
+    assert caught.value.code == "response_too_large"
+    assert table_rows(database_url, "SELECT result FROM ce_tool_calls") == [{"result": None}]
+
+
+async def test_the_audit_keeps_the_unshaped_result_under_its_own_cap(
+    tools_engine: ContextEngine, database_url: str
+) -> None:
+    rows = [{"id": i, "text": "w" * 100} for i in range(1000)]  # about 120 KB of JSON
+    with FakeHTTPServer() as server:
+        server.route("GET", "/rows", json_reply(200, {"rows": rows}))
+        server.route("GET", "/missing", json_reply(404, {"error": "no such city"}))
+        await tools_engine.register_tool(tool(server, "/rows"))
+        await tools_engine.register_tool(tool(server, "/missing", name="missing"))
+        out = await tools_engine.execute_tool("http_weather", {"city": "Oslo"}, principals=[], result_max_rows=5)
+        assert len(out["result"]["data"]["rows"]) == 5
+        missing = await tools_engine.execute_tool("http_missing", {"city": "Oslo"}, principals=[])
+        assert missing["result"] == {"status_code": 404, "data": {"error": "no such city"}}
+    audit = table_rows(database_url, "SELECT outcome, result FROM ce_tool_calls ORDER BY started_at")
+    assert [a["outcome"] for a in audit] == ["success", "http_error"]
+    kept = audit[0]["result"]
+    assert len(kept) == 50 * 1024 and kept.endswith("[cut at 50 KB]")
+    assert kept.count('"id"') > 5  # the audit saw more than the five rows the caller asked for

@@ -231,3 +231,12 @@ async def test_function_tools_validate_arguments_and_respect_acl(tools_engine: C
         await tools_engine.execute_tool("fn_add", {"a": 1, "b": 2, "c": 3}, principals=["group:math"])
     with pytest.raises(ToolNotFound):
         await tools_engine.execute_tool("fn_add", {"a": 2, "b": 3}, principals=["user:a"])
+
+
+async def test_a_function_tool_needs_a_usable_name_and_named_parameters(tools_engine: ContextEngine) -> None:
+    with pytest.raises(ToolConfigInvalid):
+        tools_engine.register_function_tool(lambda a: a)  # "<lambda>" is not a tool name
+    with pytest.raises(ToolConfigInvalid):
+        tools_engine.register_function_tool(lambda *values: sum(values), name="total")
+    entry = tools_engine.register_function_tool(lambda a: a * 2, name="double")
+    assert entry["name"] == "fn_double"

@@ -212,7 +212,7 @@ async def execute_tool(
         with hidden_from_logs(secrets):
             raw = jsonable(await _run(runtime, tool, config, args))
         result = redactor.obj(scrub(raw, secrets))
-        record.result, record.outcome = result, "success"
+        record.result, record.outcome = result, _success_outcome(tool, raw)
         mode = options.response_mode or config.get("response_mode") or "json"
         shaped = shape_result(result, mode=mode, max_chars=options.result_max_chars, max_rows=options.result_max_rows)
         return {
@@ -235,6 +235,15 @@ async def execute_tool(
     finally:
         record.duration_ms = round((time.perf_counter() - started) * 1000, 2)
         await _finish(runtime, record)
+
+
+def _success_outcome(tool: ToolEntry | FunctionTool, raw: Any) -> str:
+    """``success``, or ``http_error`` for an http tool whose server answered 4xx/5xx (still returned)."""
+    if isinstance(tool, ToolEntry) and tool.kind == "http" and isinstance(raw, dict):
+        status = raw.get("status_code")
+        if isinstance(status, int) and status >= 400:
+            return "http_error"
+    return "success"
 
 
 def _reduce(exc: ContextEngineError, redactor: Redactor, statements: list[str], secrets: list[str]) -> None:

@@ -102,13 +102,17 @@ class FunctionRegistry:
     ) -> FunctionTool:
         if not callable(fn):
             raise ToolConfigInvalid("register_function_tool needs a callable")
-        spec = ToolConfig(
-            name=name or getattr(fn, "__name__", ""),
-            kind="function",
-            description=description if description is not None else inspect.getdoc(fn) or "",
-            acl=list(acl or []),
-            requires_approval=requires_approval,
-        )
+        try:
+            spec = ToolConfig(
+                name=name or getattr(fn, "__name__", ""),
+                kind="function",
+                description=description if description is not None else inspect.getdoc(fn) or "",
+                acl=list(acl or []),
+                requires_approval=requires_approval,
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ToolConfigInvalid(f"function tool: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
         tool = FunctionTool(
             fn=fn,
             name=spec.name,

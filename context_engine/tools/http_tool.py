@@ -53,6 +53,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ToolConfigInvalid("http tool timeout must be a number of seconds between 0 and 600")
     if config.get("response_mode", "json") not in ("json", "tsv"):
         raise ToolConfigInvalid("http tool response_mode must be 'json' or 'tsv'")
+    cap = config.get("max_response_bytes", MAX_RESPONSE_BYTES)
+    if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= 100 * 1024 * 1024:
+        raise ToolConfigInvalid("http tool max_response_bytes must be an integer between 1 and 104857600")
     hosts = config.get("allowed_hosts", [])
     if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
         raise ToolConfigInvalid("http tool allowed_hosts must be a list of host names")
