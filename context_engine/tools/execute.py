@@ -92,36 +92,29 @@ def _check_options(call_name: Any, arguments: Any, options: CallOptions) -> dict
 
 async def find_tool(
     runtime: ToolRuntime, call_name: str, caller: tuple[str, ...] | None, tool_id: str | None
-) -> ToolEntry | FunctionTool:
-    """The one tool the caller means; missing and invisible read the same."""
+) -> tuple[ToolEntry | FunctionTool, bytes]:
+    """The one tool the caller means (and a stored tool's encrypted config); missing and invisible
+    read the same."""
     function = runtime.functions.get(call_name)
     if function is not None:
         if function.visible_to(caller) and tool_id is None:
-            return function
+            return function, b""
         raise ToolNotFound(call_name)
-    candidates = await registry.visible(runtime.sql, caller, call_name=call_name)
+    candidates = await registry.named(runtime.sql, caller, call_name)
     if tool_id is not None:
         try:
             wanted = str(uuid.UUID(str(tool_id)))
         except ValueError:
             raise ToolNotFound(call_name) from None
-        candidates = [c for c in candidates if c.tool_id == wanted]
+        candidates = [c for c in candidates if c[0].tool_id == wanted]
     if not candidates:
         raise ToolNotFound(call_name)
     if len(candidates) > 1:
         raise AmbiguousToolError(
             f"{len(candidates)} tools you can see are named {call_name!r}; pass tool_id to say which one",
-            details={"tool_ids": [c.tool_id for c in candidates]},
+            details={"tool_ids": [c[0].tool_id for c in candidates]},
         )
     return candidates[0]
-
-
-async def _load_config(runtime: ToolRuntime, tool: ToolEntry) -> dict[str, Any]:
-    cipher = ConfigCipher(runtime.secret_key)
-    blob = await registry.encrypted_config(runtime.sql, str(tool.tool_id))
-    if blob is None:  # deleted between the lookup and now
-        raise ToolNotFound(tool.call_name)
-    return cipher.decrypt(blob, str(tool.tool_id))
 
 
 async def _run(
@@ -171,12 +164,12 @@ async def execute_tool(
     try:
         args = _check_options(call_name, arguments, options)
         record.arguments = redactor.obj(jsonable(args))
-        tool = await find_tool(runtime, call_name, caller, options.tool_id)
+        tool, sealed = await find_tool(runtime, call_name, caller, options.tool_id)
         record.tool_id = tool.tool_id if isinstance(tool, ToolEntry) else None
         record.kind = tool.kind if isinstance(tool, ToolEntry) else "function"
         config: dict[str, Any] = {}
         if isinstance(tool, ToolEntry):
-            config = await _load_config(runtime, tool)
+            config = ConfigCipher(runtime.secret_key).decrypt(sealed, str(tool.tool_id))
             secrets = secret_values(config)
             validate_arguments(tool.parameters, args)
             if tool.kind == "db":

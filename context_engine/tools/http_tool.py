@@ -8,7 +8,9 @@ the egress check approved, and the response body is read up to a cap.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import httpx
@@ -85,7 +87,8 @@ async def call(
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
     cap = int(config.get("max_response_bytes", MAX_RESPONSE_BYTES))
     supplied = client_factory(PURPOSE) if client_factory is not None else None
-    client = supplied or httpx.AsyncClient(trust_env=False)
+    # no proxies from the environment: a proxy would connect on our behalf, past the egress check
+    client = supplied or httpx.AsyncClient(trust_env=False, verify=_tls_context())
     try:
         request = client.build_request(
             method, target, params=params or None, json=body, headers=headers, timeout=timeout, extensions=extensions
@@ -106,6 +109,14 @@ async def call(
         if supplied is None:
             await client.aclose()
     return {"status_code": response.status_code, "data": _decode(raw, response.headers.get("content-type", ""))}
+
+
+@lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context for the process: loading the CA bundle is most of a client's cost."""
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 async def _read_capped(response: httpx.Response, cap: int) -> bytes:

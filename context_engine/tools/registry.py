@@ -105,24 +105,30 @@ async def insert(sql: AsyncEngine, tool: ToolConfig, cipher: ConfigCipher) -> To
     )
 
 
-async def visible(sql: AsyncEngine, caller: tuple[str, ...] | None, *, call_name: str | None = None) -> list[ToolEntry]:
-    """The stored tools ``caller`` may see (all for trusted), oldest first; optionally one call name."""
+async def visible(sql: AsyncEngine, caller: tuple[str, ...] | None) -> list[ToolEntry]:
+    """The stored tools ``caller`` may see (all for trusted), oldest first."""
+    return [entry for entry, _ in await _select(sql, caller, None)]
+
+
+async def named(sql: AsyncEngine, caller: tuple[str, ...] | None, call_name: str) -> list[tuple[ToolEntry, bytes]]:
+    """The visible tools called ``call_name``, each with its encrypted config (one round trip)."""
+    return await _select(sql, caller, call_name)
+
+
+async def _select(
+    sql: AsyncEngine, caller: tuple[str, ...] | None, call_name: str | None
+) -> list[tuple[ToolEntry, bytes]]:
+    config = "config" if call_name is not None else "NULL AS config"
     async with sql.connect() as conn:
         rows = await conn.execute(
             text(
-                "SELECT id, name, kind, call_name, description, parameters, acl, requires_approval, created_at "
-                f"FROM ce_tools WHERE {_VISIBLE} AND (CAST(:call_name AS text) IS NULL OR call_name = :call_name) "
-                "ORDER BY created_at, id"
+                "SELECT id, name, kind, call_name, description, parameters, acl, requires_approval, created_at, "
+                f"{config} FROM ce_tools WHERE {_VISIBLE} "
+                "AND (CAST(:call_name AS text) IS NULL OR call_name = :call_name) ORDER BY created_at, id"
             ),
             {"caller": list(caller) if caller is not None else None, "call_name": call_name},
         )
-        return [_entry(r) for r in rows.mappings()]
-
-
-async def encrypted_config(sql: AsyncEngine, tool_id: str) -> bytes | None:
-    async with sql.connect() as conn:
-        found = await conn.scalar(text("SELECT config FROM ce_tools WHERE id = :id"), {"id": tool_id})
-    return bytes(found) if found is not None else None
+        return [(_entry(r), bytes(r["config"] or b"")) for r in rows.mappings()]
 
 
 async def delete(sql: AsyncEngine, tool_id: str, caller: tuple[str, ...] | None) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -19,9 +21,11 @@ def checked_schema(schema: Any) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise ToolConfigInvalid("parameters must be a JSON Schema object")
     try:
-        Draft202012Validator.check_schema(schema)
+        _validator(json.dumps(schema, sort_keys=True))
     except SchemaError as exc:
         raise ToolConfigInvalid(f"parameters is not a valid JSON Schema: {exc.message}") from None
+    except (TypeError, ValueError):
+        raise ToolConfigInvalid("parameters must be plain JSON") from None
     if "type" not in schema and "properties" in schema:
         schema = {"type": "object", **schema}
     return schema
@@ -31,7 +35,8 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
     """Raise ``ToolArgumentsInvalid`` naming the first violation (by path) of ``arguments``."""
     if not isinstance(arguments, dict):
         raise ToolArgumentsInvalid("arguments must be a JSON object")
-    errors = sorted(Draft202012Validator(schema).iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(root)"
@@ -39,3 +44,11 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
             f"arguments do not match the tool's schema at {where}: {first.message}",
             details={"path": [str(p) for p in first.absolute_path], "rule": str(first.validator)},
         )
+
+
+@lru_cache(maxsize=512)
+def _validator(schema_json: str) -> Draft202012Validator:
+    """A checked validator per distinct schema (checking a schema costs far more than using it)."""
+    schema = json.loads(schema_json)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)

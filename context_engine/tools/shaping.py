@@ -8,6 +8,7 @@ budget (rows per table, characters overall) and says in ``_result_shaping`` what
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -25,15 +26,19 @@ def is_rows(value: Any) -> bool:
 def _cell(value: Any) -> str:
     if value is None:
         return NULL
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, str):
+    if isinstance(value, str):
         text = value
-    elif isinstance(value, int | float):
-        text = json.dumps(value)
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float) and math.isfinite(value):
+        text = repr(value)
     else:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-    return text.translate(_ESCAPES)
+    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
+        return text.translate(_ESCAPES)
+    return text
 
 
 def rows_to_tsv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
