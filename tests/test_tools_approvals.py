@@ -55,6 +55,7 @@ async def test_a_gated_call_waits_then_runs_exactly_once(tools_engine: ContextEn
     assert counter.calls == []
     record = await resolve_approval(tools_engine, pending["approval_id"], "approved", approver="boss")
     assert record.status == "approved" and record.approver == "boss"
+    assert record.arguments == args and record.principals == ["user:a"]  # what the approver is shown
     ran = await tools_engine.execute_tool("fn_pay", args, principals=["user:a"], approval_scope="run-1")
     assert ran["result"] == {"paid": 10, "to": "acme"} and len(counter.calls) == 1
     replay = await tools_engine.execute_tool("fn_pay", args, principals=["user:a"], approval_scope="run-1")

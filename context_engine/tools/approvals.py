@@ -193,4 +193,6 @@ def _record(row: Any) -> ApprovalRecord:
         expires_at=row["expires_at"],
         created_at=row["created_at"],
         resolved_at=row["resolved_at"],
+        arguments=json.loads(row["arguments"]) if row["arguments"] else None,
+        principals=list(row["principals"]) if row["principals"] is not None else None,
     )

@@ -11,14 +11,18 @@ import json
 import os
 from typing import Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import SecretStr
 
 from context_engine.errors import ConfigError
-from context_engine.tools.errors import SecretKeyRequired
+from context_engine.tools.errors import SecretKeyRequired, missing_extra
+
+try:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+except ImportError:  # the ``tools`` extra is not installed; refused when a cipher is asked for
+    AESGCM = None  # type: ignore[assignment,misc]
 
 _VERSION = b"\x01"
 _NONCE_BYTES = 12
@@ -29,6 +33,8 @@ class ConfigCipher:
     """Encrypts and decrypts one JSON config per tool under a key derived from ``secret_key``."""
 
     def __init__(self, secret_key: str | bytes | SecretStr | None):
+        if AESGCM is None:
+            raise missing_extra("tools", "cryptography")
         if isinstance(secret_key, SecretStr):
             secret_key = secret_key.get_secret_value()
         if secret_key is None or len(secret_key) == 0:

@@ -76,3 +76,10 @@ class ApprovalAlreadyResolved(ContextEngineError):
 
 class InvalidCursor(InvalidRequest):
     code = "invalid_cursor"
+
+
+def missing_extra(extra: str, package: str) -> ConfigError:
+    """The refusal for a feature whose optional dependency is not installed."""
+    return ConfigError(
+        f"this needs the {package!r} package: install pg-context-engine[{extra}]", code="missing_dependency"
+    )

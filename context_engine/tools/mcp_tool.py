@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from context_engine.tools.egress import EgressPolicy, Resolver, checked_address
-from context_engine.tools.errors import ToolConfigInvalid, ToolExecutionFailed, ToolTimeout
+from context_engine.tools.errors import ToolConfigInvalid, ToolExecutionFailed, ToolTimeout, missing_extra
 from context_engine.tools.schema import checked_schema, validate_arguments
 
 DEFAULT_TIMEOUT = 30.0
@@ -44,9 +44,12 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 
 async def call(config: dict[str, Any], arguments: dict[str, Any], *, resolver: Resolver | None = None) -> Any:
     """``{"content": [...], "structured": ..., "is_error": bool}`` from the remote tool."""
-    import httpx2
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
+    try:
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+    except ImportError:
+        raise missing_extra("mcp", "mcp") from None
 
     validate_arguments(check_config(config), arguments)
     await checked_address(httpx.URL(config["url"]), EgressPolicy.from_config(config), resolver)

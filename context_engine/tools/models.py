@@ -76,3 +76,7 @@ class ApprovalRecord:
     expires_at: datetime
     created_at: datetime
     resolved_at: datetime | None
+    #: the arguments of the request, as redacted for the caller who opened it
+    arguments: Any = None
+    #: the opener's principals (``None``: a trusted caller)
+    principals: list[str] | None = None

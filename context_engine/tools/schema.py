@@ -6,10 +6,17 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from context_engine.tools.errors import ToolArgumentsInvalid, ToolConfigInvalid, missing_extra
 
-from context_engine.tools.errors import ToolArgumentsInvalid, ToolConfigInvalid
+try:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+except ImportError:  # the ``tools`` extra is not installed; refused when a schema is checked
+    Draft202012Validator = None  # type: ignore[assignment,misc]
+
+    class SchemaError(Exception):  # type: ignore[no-redef]
+        message = ""
+
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
@@ -49,6 +56,8 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
 @lru_cache(maxsize=512)
 def _validator(schema_json: str) -> Draft202012Validator:
     """A checked validator per distinct schema (checking a schema costs far more than using it)."""
+    if Draft202012Validator is None:
+        raise missing_extra("tools", "jsonschema")
     schema = json.loads(schema_json)
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
