@@ -1,8 +1,9 @@
 """Where an outbound tool call may connect: the SSRF guard.
 
-A host is resolved once, every address it resolves to must be allowed, and the caller connects to
-the checked address itself (the request is pinned to it), so a name cannot resolve to a public
-address for the check and to a private one for the connection. Numeric spellings (``127.1``,
+A host is resolved once and every address it resolves to must be allowed. A plain-http request is
+then sent to the checked address itself, so a name cannot resolve to a public address for the
+check and to a private one for the connection; an https request keeps the name and relies on
+certificate verification, which a server at a rebound address cannot pass. Numeric spellings (``127.1``,
 ``0x7f.0.0.1``, ``2130706433``), IPv4-mapped, NAT64 and 6to4 IPv6 forms are judged by the IPv4
 address they carry. Cloud metadata endpoints are refused even when private networks are allowed.
 """
@@ -141,8 +142,14 @@ def _parse(addresses: Iterable[str]) -> list[IPAddress]:
     return found
 
 
-def pinned(url: httpx.URL, address: str) -> tuple[httpx.URL, dict[str, str], dict[str, str]]:
-    """``url`` aimed at ``address``, with the Host header and TLS server name of the original host."""
-    host_header = url.netloc.decode("ascii")
-    extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
-    return url.copy_with(host=address), {"Host": host_header}, extensions
+def pinned(url: httpx.URL, address: str) -> tuple[httpx.URL, dict[str, str]]:
+    """Where to send a request for ``url`` once ``address`` passed the check.
+
+    Plain http is aimed at the checked address itself (with the original Host header), so a second
+    DNS answer cannot move the connection. https keeps the host name: the certificate must then be
+    valid for that name, which a server at a rebound address cannot present, and pooled TLS
+    connections stay keyed by the name they were verified for.
+    """
+    if url.scheme == "https":
+        return url, {}
+    return url.copy_with(host=address), {"Host": url.netloc.decode("ascii")}

@@ -177,31 +177,9 @@ async def execute_tool(
         else:
             tool.check(args)
         if tool.requires_approval:
-            scope = options.approval_scope
-            if scope is None:
-                warnings.warn(
-                    "a gated tool call without approval_scope is unscoped; pass approval_scope (a run id is the "
-                    "usual shape): the next release refuses a gated call without one",
-                    DeprecationWarning,
-                    stacklevel=3,
-                )
-                scope = ""
-            digest = approvals.request_hash(record.tool_id, call_name, args)
-            claimed = await approvals.claim(runtime.sql, digest, scope, caller)
-            if claimed is None:
-                pending = await approvals.open_pending(
-                    runtime.sql,
-                    digest=digest,
-                    scope=scope,
-                    caller=caller,
-                    tool_id=record.tool_id,
-                    call_name=call_name,
-                    arguments_text=json.dumps(record.arguments, ensure_ascii=False, default=str),
-                    ttl=options.approval_ttl,
-                )
-                record.outcome, record.approval_id = "approval_required", pending.approval_id
+            pending = await _gate(runtime, record, args, caller, options)
+            if pending is not None:
                 return _approval_payload(pending)
-            record.approval_id = claimed
         with hidden_from_logs(secrets):
             raw = jsonable(await _run(runtime, tool, config, args))
         result = redactor.obj(scrub(raw, secrets))
@@ -228,6 +206,42 @@ async def execute_tool(
     finally:
         record.duration_ms = round((time.perf_counter() - started) * 1000, 2)
         await _finish(runtime, record)
+
+
+async def _gate(
+    runtime: ToolRuntime,
+    record: audit.CallRecord,
+    args: dict[str, Any],
+    caller: tuple[str, ...] | None,
+    options: CallOptions,
+) -> approvals.ApprovalRecord | None:
+    """Claim an approval for this call (None: it may run), or open/join its pending record."""
+    scope = options.approval_scope
+    if scope is None:
+        warnings.warn(
+            "a gated tool call without approval_scope is unscoped; pass approval_scope (a run id is the "
+            "usual shape): the next release refuses a gated call without one",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        scope = ""
+    digest = approvals.request_hash(record.tool_id, record.call_name, args)
+    claimed = await approvals.claim(runtime.sql, digest, scope, caller)
+    if claimed is not None:
+        record.approval_id = claimed
+        return None
+    pending = await approvals.open_pending(
+        runtime.sql,
+        digest=digest,
+        scope=scope,
+        caller=caller,
+        tool_id=record.tool_id,
+        call_name=record.call_name,
+        arguments_text=json.dumps(record.arguments, ensure_ascii=False, default=str),
+        ttl=options.approval_ttl,
+    )
+    record.outcome, record.approval_id = "approval_required", pending.approval_id
+    return pending
 
 
 def _success_outcome(tool: ToolEntry | FunctionTool, raw: Any) -> str:

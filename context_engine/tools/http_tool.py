@@ -1,8 +1,8 @@
 """http tools: one request per call, arguments checked against the tool's schema, egress guarded.
 
 GET and DELETE send the arguments as query parameters; POST, PUT, PATCH and
-QUERY send them as a JSON body. Redirects are never followed, the connection goes to the address
-the egress check approved, and the response body is read up to a cap.
+QUERY send them as a JSON body. Redirects are never followed, a plain-http connection goes to the
+address the egress check approved, and the response body is read up to a cap.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ async def call(
     else:
         params.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in arguments.items()})
     address = await checked_address(url, EgressPolicy.from_config(config), resolver)
-    target, host_header, extensions = pinned(url, address)
+    target, host_header = pinned(url, address)
     headers = {**dict(config.get("headers") or {}), **host_header}
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
     cap = int(config.get("max_response_bytes", MAX_RESPONSE_BYTES))
@@ -91,7 +91,7 @@ async def call(
     client = supplied or httpx.AsyncClient(trust_env=False, verify=_tls_context())
     try:
         request = client.build_request(
-            method, target, params=params or None, json=body, headers=headers, timeout=timeout, extensions=extensions
+            method, target, params=params or None, json=body, headers=headers, timeout=timeout
         )
         try:
             response = await client.send(request, stream=True, follow_redirects=False)
