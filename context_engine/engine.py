@@ -535,6 +535,7 @@ class ContextEngine:
         """The function tools registered on this engine (shared by its views)."""
         from context_engine.tools.functions import FunctionRegistry
 
+        # kept on the root engine, created on first use, so views share it and __init__ stays as it is
         root = self._root
         registry = root.__dict__.get("_function_tools")
         if registry is None:
@@ -553,17 +554,17 @@ class ContextEngine:
         )
 
     async def register_tool(self, tool: Any) -> dict[str, Any]:
-        """Store an http, db or mcp tool (a ``ToolConfig``); its config is encrypted under ``secret_key``.
+        """Store an http, db or mcp tool (a ``ToolConfig`` or its fields as a dict); its config is
+        encrypted under ``secret_key``.
 
         Returns its listing (``tool_id``, call ``name`` such as ``http_get_weather``, ...). Names are
         not unique: a second tool with the same name is a second tool, told apart by ``tool_id``.
         """
         from context_engine.tools import registry
         from context_engine.tools.crypto import ConfigCipher
-        from context_engine.tools.models import ToolConfig
+        from context_engine.tools.models import tool_config
 
-        if not isinstance(tool, ToolConfig):
-            raise InvalidRequest("register_tool takes a ToolConfig")
+        tool = tool_config(tool)
         sql = await self._ready()
         entry = await registry.insert(sql, tool, ConfigCipher(self.config.secret_key))
         return entry.public(trusted=True)

@@ -240,3 +240,20 @@ async def test_a_function_tool_needs_a_usable_name_and_named_parameters(tools_en
         tools_engine.register_function_tool(lambda *values: sum(values), name="total")
     entry = tools_engine.register_function_tool(lambda a: a * 2, name="double")
     assert entry["name"] == "fn_double"
+
+
+async def test_a_tool_may_be_given_as_a_dict_and_bad_fields_are_named(tools_engine: ContextEngine) -> None:
+    entry = await tools_engine.register_tool(
+        {"name": "sales", "kind": "db", "config": {"database_url": "postgresql://h/d"}, "acl": ["g"]}
+    )
+    assert entry["name"] == "db_sales" and entry["acl"] == ["g"]
+    for bad, field in (
+        ({"name": "9lives", "kind": "db", "config": {}}, "name"),
+        ({"name": "x", "kind": "ftp", "config": {}}, "kind"),
+        ({"name": "x", "kind": "http", "config": {}, "owner": "me"}, "owner"),
+    ):
+        with pytest.raises(ToolConfigInvalid) as caught:
+            await tools_engine.register_tool(bad)
+        assert caught.value.message.startswith(f"invalid tool: {field}")
+    with pytest.raises(ToolConfigInvalid):
+        await tools_engine.register_tool("http_x")

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from context_engine.tools.errors import ToolConfigInvalid
 
 ToolKind = Literal["http", "db", "mcp", "function"]
 KINDS: tuple[str, ...] = ("http", "db", "mcp", "function")
@@ -49,6 +51,23 @@ class ToolConfig(BaseModel):
     @property
     def call_name(self) -> str:
         return call_name(self.kind, self.name)
+
+
+def tool_config(value: Any) -> ToolConfig:
+    """``value`` as a ``ToolConfig`` (it may be one, or its fields as a dict); a precise refusal otherwise.
+
+    The refusal names the field and the rule, never the value (a config holds credentials).
+    """
+    if isinstance(value, ToolConfig):
+        return value
+    if not isinstance(value, dict):
+        raise ToolConfigInvalid("a tool is a ToolConfig or an object of its fields")
+    try:
+        return ToolConfig.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise ToolConfigInvalid(f"invalid tool: {where}: {first['msg']}") from None
 
 
 def call_name(kind: str, name: str) -> str:
