@@ -8,10 +8,13 @@ attempted none at all.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from context_engine import ContextEngine
 from context_engine.hooks import Hooks
@@ -194,3 +197,34 @@ async def test_metadata_stays_refused_when_private_networks_are_allowed() -> Non
         await checked_address(httpx.URL("http://metadata.google.internal/"), allow, resolver)
     assert await checked_address(httpx.URL("http://db.internal/"), allow, resolver) == "10.1.1.1"
     assert await checked_address(httpx.URL("http://pub.test/"), EgressPolicy(), resolver) == "93.184.216.34"
+
+
+_PRIVATE_V4 = [
+    ipaddress.ip_network(n) for n in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
+]
+
+
+def _spellings(address: ipaddress.IPv4Address) -> list[str]:
+    """The ways a URL may spell one IPv4 address that the system resolver reads as that address."""
+    a, b, c, d = address.packed
+    return [
+        str(address),
+        str(int(address)),
+        f"0x{a:x}.0x{b:x}.0x{c:x}.0x{d:x}",
+        f"{a}.{(b << 16) | (c << 8) | d}",
+        f"[::ffff:{address}]",
+        f"[64:ff9b::{a:02x}{b:02x}:{c:02x}{d:02x}]",
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(network=st.sampled_from(_PRIVATE_V4), offset=st.integers(min_value=0, max_value=2**16 - 1))
+async def test_every_spelling_of_a_private_ipv4_address_is_refused(network: ipaddress.IPv4Network, offset: int) -> None:
+    address = network[offset % network.num_addresses]
+    for host in _spellings(address):
+        try:
+            url = httpx.URL(f"http://{host}:8080/")
+        except httpx.InvalidURL:
+            continue  # refused when the tool is registered
+        with pytest.raises(EgressRefused):
+            await checked_address(url, EgressPolicy())
