@@ -11,7 +11,7 @@ import copy
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import IO, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -71,6 +71,8 @@ class ContextEngine:
         )
         self.hooks = self.services.hooks
         self._retriever = Retriever(self.services)
+        #: function tools registered on this engine (kept on the root; views share them)
+        self._function_tools: Any = None
         self._ingestor = Ingestor(self)
         #: the engine a view was made from (itself for an engine)
         self._root: ContextEngine = self
@@ -438,6 +440,193 @@ class ContextEngine:
     async def database(self) -> AsyncEngine:
         """The connection pool, migrated or checked: for reads that live outside this class."""
         return await self._ready()
+
+    # ------------------------------------------------------------------ tools
+    def _tool_functions(self) -> Any:
+        """The function tools registered on this engine (shared by its views)."""
+        from context_engine.tools.functions import FunctionRegistry
+
+        # kept on the root engine, created on first use, so views share it
+        root = self._root
+        if root._function_tools is None:
+            root._function_tools = FunctionRegistry()
+        return root._function_tools
+
+    async def _tool_runtime(self) -> Any:
+        from context_engine.tools.execute import ToolRuntime
+
+        return ToolRuntime(
+            db=await self._ready(),
+            secret_key=self.config.secret_key,
+            functions=self._tool_functions(),
+            hooks=self.hooks,
+            http_client_factory=self.services.http_client_factory,
+        )
+
+    async def register_tool(self, tool: Any) -> dict[str, Any]:
+        """Store an http, db or mcp tool (a ``ToolConfig`` or its fields as a dict); its config is
+        encrypted under ``secret_key``.
+
+        Returns its listing (``tool_id``, call ``name`` such as ``http_get_weather``, ...). Names are
+        not unique: a second tool with the same name is a second tool, told apart by ``tool_id``.
+        """
+        from context_engine.tools import registry
+        from context_engine.tools.crypto import ConfigCipher
+        from context_engine.tools.models import tool_config
+
+        tool = tool_config(tool)
+        db = await self._ready()
+        entry = await registry.insert(db, tool, ConfigCipher(self.config.secret_key))
+        return entry.public(trusted=True)
+
+    def register_function_tool(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        acl: Sequence[str] | None = None,
+        requires_approval: bool = False,
+    ) -> dict[str, Any]:
+        """Offer a Python callable as tool ``fn_<name>`` (kept in memory, never persisted).
+
+        Arguments are validated against its signature; a sync function runs in a worker thread.
+        """
+        from context_engine.tools.registry import ToolEntry
+
+        tool = self._tool_functions().register(
+            fn, name=name, description=description, acl=acl, requires_approval=requires_approval
+        )
+        return ToolEntry.of_function(tool).public(trusted=True)
+
+    async def _visible_tools(self, caller: tuple[str, ...] | None) -> list[Any]:
+        from context_engine.tools import registry
+        from context_engine.tools.registry import ToolEntry
+
+        functions = [ToolEntry.of_function(f) for f in self._tool_functions().all() if f.visible_to(caller)]
+        return functions + await registry.visible(await self._ready(), caller)
+
+    async def list_tools(self, *, principals: Iterable[str] | object | None = None) -> list[dict[str, Any]]:
+        """Every tool the caller may see (function tools first, then stored ones, oldest first)."""
+        caller = resolve(principals)  # type: ignore[arg-type]
+        return [entry.public(trusted=caller is None) for entry in await self._visible_tools(caller)]
+
+    async def search_tools(
+        self,
+        query: str = "",
+        *,
+        principals: Iterable[str] | object | None = None,
+        kind: str | Sequence[str] | None = None,
+        name_contains: str | None = None,
+        requires_approval: bool | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """A page (a list with ``next_cursor``) of the caller's tools that pass every filter.
+
+        Filters AND together; a non-empty ``query`` ranks and also excludes tools none of its terms
+        match; ``cursor`` only continues the same query and filters.
+        """
+        from context_engine.tools import discovery
+
+        caller = resolve(principals)  # type: ignore[arg-type]
+        entries = await self._visible_tools(caller)
+        return discovery.search(
+            entries,
+            query,
+            trusted=caller is None,
+            kind=kind,
+            name_contains=name_contains,
+            requires_approval=requires_approval,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def delete_tool(self, tool_id: str, *, principals: Iterable[str] | object | None = None) -> None:
+        """Remove a stored tool (``tool_id``) or a function tool (its call name)."""
+        from context_engine.tools import registry
+        from context_engine.tools.errors import ToolNotFound
+
+        caller = resolve(principals)  # type: ignore[arg-type]
+        if isinstance(tool_id, str) and tool_id.startswith("fn_"):
+            function = self._tool_functions().get(tool_id)
+            if function is None or not function.visible_to(caller):
+                raise ToolNotFound(tool_id)
+            self._tool_functions().remove(tool_id)
+            return
+        try:
+            checked = str(uuid.UUID(str(tool_id)))
+        except ValueError:
+            raise ToolNotFound(str(tool_id)) from None
+        if not await registry.delete(await self._ready(), checked, caller):
+            raise ToolNotFound(checked)
+
+    async def execute_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        principals: Iterable[str] | object | None = None,
+        tool_id: str | None = None,
+        approval_scope: str | None = None,
+        result_max_chars: int | None = 8000,
+        result_max_rows: int | None = 100,
+        response_mode: str | None = None,
+        approval_ttl_seconds: float = 3600,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
+    ) -> dict[str, Any]:
+        """Run tool ``name`` for the caller: ``{"result", "usage", "tool_id", "call_id"}``, or
+        ``{"approval_required": {...}}`` for a gated tool not yet approved in ``approval_scope``.
+
+        Raises ``ToolNotFound`` (missing or invisible alike), ``AmbiguousToolError`` (several visible
+        tools share the name and no ``tool_id``), ``ToolArgumentsInvalid``, ``EgressRefused`` and
+        ``ToolExecutionFailed`` (its text stripped of row data and masked). Every call is audited.
+        """
+        from datetime import timedelta
+
+        from context_engine.tools.execute import CallOptions, execute_tool
+
+        caller = resolve(principals)  # type: ignore[arg-type]
+        ttl = approval_ttl_seconds
+        if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 1 <= ttl <= 30 * 86400:
+            raise InvalidRequest("approval_ttl_seconds must be between 1 and 2592000 (30 days)")
+        options = CallOptions(
+            approval_scope=approval_scope,
+            tool_id=tool_id,
+            result_max_chars=result_max_chars,
+            result_max_rows=result_max_rows,
+            response_mode=response_mode,  # type: ignore[arg-type]
+            approval_ttl=timedelta(seconds=approval_ttl_seconds),
+        )
+        return await execute_tool(
+            await self._tool_runtime(),
+            name,
+            arguments,
+            caller=caller,
+            redactor=self._redactor(caller, redaction, redaction_secret_key),
+            options=options,
+        )
+
+    async def resolve_tool_approval(self, approval_id: str, decision: str, *, approver: str | None = None) -> Any:
+        """Approve or deny a pending approval (``context_engine.tools.resolve_approval`` calls this)."""
+        from context_engine.tools import approvals
+
+        return await approvals.resolve(await self._ready(), approval_id, decision, approver)
+
+    async def get_tool_approval(self, approval_id: str) -> Any:
+        """One approval record (an ``ApprovalRecord``), for a host showing it to an approver."""
+        from context_engine.tools import approvals
+
+        return await approvals.get(await self._ready(), approval_id)
+
+    async def tool_calls(self, *, limit: int = 100, tool_id: str | None = None) -> list[dict[str, Any]]:
+        """The latest tool-call audit rows, newest first (already redacted when written)."""
+        from context_engine.tools import audit
+
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise InvalidRequest("limit must be an integer between 1 and 1000")
+        return await audit.recent(await self._ready(), limit=limit, tool_id=tool_id)
 
 
 # ---------------------------------------------------------------------- helpers

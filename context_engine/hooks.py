@@ -1,4 +1,4 @@
-"""Host hooks: progress, usage metering and errors. The engine never bills or alerts itself.
+"""Host hooks: progress, usage metering, errors and tool calls. The engine never bills or alerts itself.
 
 Every hook may be sync or async. A hook that raises is logged and ignored: an observer must
 never be able to fail an ingest.
@@ -43,10 +43,30 @@ class ErrorEvent:
 
 
 @dataclass
+class ToolCallEvent:
+    """One ``execute_tool`` call, as audited: arguments, result and error text already redacted."""
+
+    call_id: str
+    call_name: str
+    tool_id: str | None
+    kind: str | None
+    principals: list[str] | None
+    outcome: str
+    duration_ms: float
+    approval_scope: str | None = None
+    approval_id: str | None = None
+    arguments: Any = None
+    result: Any = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+@dataclass
 class Hooks:
     on_progress: Callable[[ProgressEvent], Any] | None = None
     on_usage: Callable[[UsageEvent], Any] | None = None
     on_error: Callable[[ErrorEvent], Any] | None = None
+    on_tool_call: Callable[[ToolCallEvent], Any] | None = None
 
     async def emit(self, hook: str, event: Any) -> None:
         fn = getattr(self, hook)

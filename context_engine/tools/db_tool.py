@@ -1,0 +1,103 @@
+"""db tools: one read-only statement on the tool's own database, with a row cap and a timeout.
+
+The connection is the tool's own (never the engine's pool), the transaction is ``READ ONLY``, the
+statement goes over the extended protocol (one statement per call, so no ``COMMIT; ...`` trick),
+``statement_timeout`` is set for the transaction, and at most ``max_rows`` rows are fetched. Use a
+role that can only read as well: the read-only transaction is the second lock, not the only one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql as pgsql
+
+from context_engine.tools.errors import ToolConfigInvalid, ToolExecutionFailed, ToolTimeout
+from context_engine.tools.plain import jsonable
+from context_engine.tools.schema import checked_schema, validate_arguments
+
+DEFAULT_MAX_ROWS = 1000
+DEFAULT_TIMEOUT_MS = 5000
+CONNECT_TIMEOUT = 10
+FREE_QUERY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "minLength": 1, "description": "one read-only SQL statement"}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+_KEYS = {"database_url", "query", "parameters", "max_rows", "statement_timeout_ms", "response_mode"}
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The argument schema of a valid db config; refuses anything it cannot run."""
+    unknown = set(config) - _KEYS
+    if unknown:
+        raise ToolConfigInvalid(f"db tool config has unknown keys: {sorted(unknown)}")
+    url = config.get("database_url")
+    if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+        raise ToolConfigInvalid("db tool config needs a database_url (postgresql://...)")
+    for key, limit in (("max_rows", 100_000), ("statement_timeout_ms", 600_000)):
+        value = config.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
+            raise ToolConfigInvalid(f"db tool {key} must be an integer between 1 and {limit}")
+    query = config.get("query")
+    if query is not None and (not isinstance(query, str) or not query.strip()):
+        raise ToolConfigInvalid("db tool query must be a non-empty SQL string")
+    if config.get("response_mode", "json") not in ("json", "tsv"):
+        raise ToolConfigInvalid("db tool response_mode must be 'json' or 'tsv'")
+    return checked_schema(config.get("parameters")) if query is not None else dict(FREE_QUERY_SCHEMA)
+
+
+def statement_of(config: dict[str, Any], arguments: dict[str, Any]) -> str:
+    """The SQL a call runs: the tool's fixed query, or the caller's ``query`` argument."""
+    return str(config["query"] if config.get("query") is not None else arguments.get("query", ""))
+
+
+async def call(config: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """``{"success", "columns", "rows", "row_count", "truncated"}`` for one read-only statement."""
+    validate_arguments(check_config(config), arguments)
+    fixed = config.get("query") is not None
+    statement = statement_of(config, arguments)
+    params: dict[str, Any] | None = arguments if fixed else None
+    max_rows = int(config.get("max_rows", DEFAULT_MAX_ROWS))
+    timeout_ms = int(config.get("statement_timeout_ms", DEFAULT_TIMEOUT_MS))
+    try:
+        conn = await psycopg.AsyncConnection.connect(config["database_url"], connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.Error:
+        # the driver's text names the host, user and sometimes the password: none of it is shown
+        raise ToolExecutionFailed("could not connect to the tool's database", code="tool_unavailable") from None
+    try:
+        await conn.set_read_only(True)
+        async with conn.cursor() as cur:
+            await cur.execute(
+                pgsql.SQL("SELECT set_config('statement_timeout', {}, true)").format(pgsql.Literal(str(timeout_ms)))
+            )
+            # prepare=True forces one parsed statement: a second one after ';' is a syntax error
+            await cur.execute(statement, params, prepare=True)
+            columns = [c.name for c in cur.description or []]
+            fetched = await cur.fetchmany(max_rows + 1) if cur.description else []
+        await conn.rollback()
+    except psycopg.errors.QueryCanceled:
+        raise ToolTimeout(f"the statement ran longer than {timeout_ms} ms and was cancelled") from None
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        raise ToolExecutionFailed(_driver_message(exc), code="write_refused") from None
+    except psycopg.Error as exc:
+        raise ToolExecutionFailed(_driver_message(exc)) from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ToolExecutionFailed(f"the query's parameters do not fit it ({type(exc).__name__})") from None
+    finally:
+        await conn.close()
+    truncated = len(fetched) > max_rows
+    rows = [{name: jsonable(value) for name, value in zip(columns, row, strict=True)} for row in fetched[:max_rows]]
+    return {"success": True, "columns": columns, "rows": rows, "row_count": len(rows), "truncated": truncated}
+
+
+def _driver_message(exc: psycopg.Error) -> str:
+    """The driver's structured primary message (no DETAIL/HINT/row data), with its SQLSTATE."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    state = getattr(exc, "sqlstate", None)
+    lines = str(exc).splitlines()
+    text = primary or (lines[0] if lines else type(exc).__name__)
+    return f"{text} (SQLSTATE {state})" if state else text

@@ -1,0 +1,145 @@
+"""http tools: one request per call, arguments checked against the tool's schema, egress guarded.
+
+GET and DELETE send the arguments as query parameters; POST, PUT, PATCH and
+QUERY send them as a JSON body. Redirects are never followed, a plain-http connection goes to the
+address the egress check approved, and the response body is read up to a cap.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import httpx
+
+from context_engine.tools.egress import EgressPolicy, Resolver, checked_address, pinned
+from context_engine.tools.errors import EgressRefused, ToolConfigInvalid, ToolExecutionFailed, ToolTimeout
+from context_engine.tools.schema import checked_schema, validate_arguments
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "QUERY")
+_BODY_METHODS = {"POST", "PUT", "PATCH", "QUERY"}
+DEFAULT_TIMEOUT = 30.0
+MAX_RESPONSE_BYTES = 5 * 1024 * 1024
+PURPOSE = "tool_http"
+_KEYS = {
+    "method", "url", "headers", "query", "parameters", "timeout", "response_mode",
+    "allow_private_network", "allowed_hosts", "max_response_bytes",
+}  # fmt: skip
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The argument schema of a valid http config; refuses anything it cannot run."""
+    unknown = set(config) - _KEYS
+    if unknown:
+        raise ToolConfigInvalid(f"http tool config has unknown keys: {sorted(unknown)}")
+    url = config.get("url")
+    if not isinstance(url, str):
+        raise ToolConfigInvalid("http tool config needs a url")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        raise ToolConfigInvalid("http tool url is not a valid URL") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ToolConfigInvalid("http tool url must be an absolute http or https URL")
+    if str(config.get("method", "GET")).upper() not in METHODS:
+        raise ToolConfigInvalid(f"http tool method must be one of {', '.join(METHODS)}")
+    for key in ("headers", "query"):
+        value = config.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ToolConfigInvalid(f"http tool {key} must be an object of strings")
+    timeout = config.get("timeout", DEFAULT_TIMEOUT)
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= 600:
+        raise ToolConfigInvalid("http tool timeout must be a number of seconds between 0 and 600")
+    if config.get("response_mode", "json") not in ("json", "tsv"):
+        raise ToolConfigInvalid("http tool response_mode must be 'json' or 'tsv'")
+    cap = config.get("max_response_bytes", MAX_RESPONSE_BYTES)
+    if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= 100 * 1024 * 1024:
+        raise ToolConfigInvalid("http tool max_response_bytes must be an integer between 1 and 104857600")
+    hosts = config.get("allowed_hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise ToolConfigInvalid("http tool allowed_hosts must be a list of host names")
+    return checked_schema(config.get("parameters"))
+
+
+async def call(
+    config: dict[str, Any],
+    arguments: dict[str, Any],
+    *,
+    client_factory: Callable[[str], httpx.AsyncClient | None] | None = None,
+    resolver: Resolver | None = None,
+) -> dict[str, Any]:
+    """Send the request and return ``{"status_code", "data"}`` (JSON when the body is JSON)."""
+    validate_arguments(checked_schema(config.get("parameters")), arguments)
+    method = str(config.get("method", "GET")).upper()
+    url = httpx.URL(config["url"])
+    params = dict(config.get("query") or {})
+    body: Any = None
+    if method in _BODY_METHODS:
+        body = arguments
+    else:
+        params.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in arguments.items()})
+    address = await checked_address(url, EgressPolicy.from_config(config), resolver)
+    target, host_header = pinned(url, address)
+    headers = {**dict(config.get("headers") or {}), **host_header}
+    timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
+    cap = int(config.get("max_response_bytes", MAX_RESPONSE_BYTES))
+    supplied = client_factory(PURPOSE) if client_factory is not None else None
+    # no proxies from the environment: a proxy would connect on our behalf, past the egress check
+    client = supplied or httpx.AsyncClient(trust_env=False, verify=_tls_context())
+    try:
+        request = client.build_request(
+            method, target, params=params or None, json=body, headers=headers, timeout=timeout
+        )
+        try:
+            response = await client.send(request, stream=True, follow_redirects=False)
+        except httpx.TimeoutException:
+            raise ToolTimeout(f"the tool's server did not answer within {timeout:g} s") from None
+        except httpx.HTTPError as exc:
+            raise ToolExecutionFailed(f"could not reach the tool's server ({type(exc).__name__})") from None
+        try:
+            if response.is_redirect or 300 <= response.status_code < 400:
+                raise EgressRefused("the tool's server answered with a redirect; redirects are never followed")
+            raw = await _read_capped(response, cap)
+        finally:
+            await response.aclose()
+    finally:
+        if supplied is None:
+            await client.aclose()
+    return {"status_code": response.status_code, "data": _decode(raw, response.headers.get("content-type", ""))}
+
+
+@lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context for the process: loading the CA bundle is most of a client's cost."""
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > cap:
+                raise ToolExecutionFailed(f"the tool's response is larger than {cap} bytes", code="response_too_large")
+            parts.append(chunk)
+    except httpx.TimeoutException:
+        raise ToolTimeout("the tool's server stopped sending its response") from None
+    except httpx.HTTPError as exc:
+        raise ToolExecutionFailed(f"the tool's response was cut off ({type(exc).__name__})") from None
+    return b"".join(parts)
+
+
+def _decode(raw: bytes, content_type: str) -> Any:
+    text = raw.decode("utf-8", errors="replace")
+    if "json" in content_type.lower() or text[:1] in ("{", "["):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text

@@ -1,0 +1,72 @@
+"""mcp tools: one ``tools/call`` on a remote MCP server over streamable HTTP (the official SDK client).
+
+The server's address passes the same egress check as an http tool before any connection is made;
+the SDK itself follows a redirect only within the endpoint's origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from context_engine.tools.egress import EgressPolicy, Resolver, checked_address
+from context_engine.tools.errors import ToolConfigInvalid, ToolExecutionFailed, ToolTimeout, missing_extra
+from context_engine.tools.schema import checked_schema, validate_arguments
+
+DEFAULT_TIMEOUT = 30.0
+_KEYS = {"url", "tool", "headers", "parameters", "timeout", "response_mode", "allow_private_network", "allowed_hosts"}
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The argument schema of a valid mcp config; refuses anything it cannot run."""
+    unknown = set(config) - _KEYS
+    if unknown:
+        raise ToolConfigInvalid(f"mcp tool config has unknown keys: {sorted(unknown)}")
+    url = config.get("url")
+    try:
+        parsed = httpx.URL(url) if isinstance(url, str) else None
+    except httpx.InvalidURL:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ToolConfigInvalid("mcp tool config needs the server's streamable HTTP url (http or https)")
+    if not isinstance(config.get("tool"), str) or not config["tool"]:
+        raise ToolConfigInvalid("mcp tool config needs 'tool', the name of the tool on the remote server")
+    headers = config.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ToolConfigInvalid("mcp tool headers must be an object of strings")
+    timeout = config.get("timeout", DEFAULT_TIMEOUT)
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= 600:
+        raise ToolConfigInvalid("mcp tool timeout must be a number of seconds between 0 and 600")
+    return checked_schema(config.get("parameters"))
+
+
+async def call(config: dict[str, Any], arguments: dict[str, Any], *, resolver: Resolver | None = None) -> Any:
+    """``{"content": [...], "structured": ..., "is_error": bool}`` from the remote tool."""
+    try:
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+    except ImportError:
+        raise missing_extra("mcp", "mcp") from None
+
+    validate_arguments(check_config(config), arguments)
+    await checked_address(httpx.URL(config["url"]), EgressPolicy.from_config(config), resolver)
+    timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
+    headers = dict(config.get("headers") or {})
+    try:
+        async with asyncio.timeout(timeout):
+            async with httpx2.AsyncClient(headers=headers, timeout=timeout, trust_env=False) as http:
+                transport = streamable_http_client(config["url"], http_client=http)
+                async with Client(transport, read_timeout_seconds=timeout, cache=None) as client:
+                    result = await client.call_tool(config["tool"], arguments)
+    except TimeoutError:
+        raise ToolTimeout(f"the MCP server did not answer within {timeout:g} s") from None
+    except Exception as exc:
+        raise ToolExecutionFailed(f"the MCP server call failed ({type(exc).__name__})") from None
+    content = [block.model_dump(mode="json", exclude_none=True, by_alias=True) for block in result.content]
+    if result.is_error:
+        text = " ".join(str(block.get("text", "")) for block in content).strip()
+        raise ToolExecutionFailed(f"the remote tool reported an error: {text}" if text else "the remote tool failed")
+    return {"content": content, "structured": result.structured_content}
