@@ -13,6 +13,7 @@ from typing import Any
 from context_engine import skill
 from context_engine.config import ContextEngineConfig
 from context_engine.mcp import cli as mcp_cli
+from context_engine.tools import cli as tools_cli
 
 DESCRIPTION = """\
 Permission-aware hybrid retrieval on PostgreSQL.
@@ -99,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--threshold", type=int, help="the library's exact/approximate crossover (default: config)")
     skill.add_parser(sub)
     mcp_cli.add_parser(sub)
+    tools_cli.add_parser(sub)
     return parser
 
 
@@ -123,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return skill.run(args)
         if args.command == "mcp":
             return mcp_cli.run(args)
+        if args.command == "tools":
+            return tools_cli.run(args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
