@@ -60,7 +60,7 @@ class LoopThread:
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=120)
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=900)
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
