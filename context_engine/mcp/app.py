@@ -65,6 +65,93 @@ def _tool() -> types.Tool:
     )
 
 
+#: the governed-tools pair served beside the knowledge tool (``context_engine.tools``)
+SEARCH_TOOLS = "search_tools"
+EXECUTE_TOOL = "execute_tool"
+
+
+def _gateway_tools() -> list[types.Tool]:
+    """``search_tools`` and ``execute_tool``: the caller's visible tools, and one governed call."""
+    return [
+        types.Tool(
+            name=SEARCH_TOOLS,
+            description=(
+                "Find the tools you may call. Every filter narrows the list; a query also ranks it. "
+                "Pass next_cursor back as cursor, with the same query and filters, for the next page."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "maxLength": 500},
+                    "kind": {"type": "string", "enum": ["http", "db", "mcp", "function"]},
+                    "name_contains": {"type": "string", "maxLength": 200},
+                    "requires_approval": {"type": "boolean"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+                    "cursor": {"type": "string", "maxLength": 2000},
+                },
+                "additionalProperties": False,
+            },
+            annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        ),
+        types.Tool(
+            name=EXECUTE_TOOL,
+            description=(
+                "Call one tool by the name search_tools listed, with its arguments. A tool that needs a "
+                "person's approval answers approval_required with an approval_id: tell the user, then call "
+                "again with the same arguments once it is approved. When two tools share a name, pass tool_id."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "arguments": {"type": "object"},
+                    "tool_id": {"type": "string", "maxLength": 100},
+                    "response_mode": {"type": "string", "enum": ["json", "tsv"]},
+                },
+                "required": ["name"],
+                "additionalProperties": False,
+            },
+            annotations=types.ToolAnnotations(read_only_hint=False, open_world_hint=True),
+        ),
+    ]
+
+
+async def _gateway_call(engine: ContextEngine, name: str, args: dict[str, Any], caller: Any, scope: Any) -> Any:
+    """One ``search_tools`` / ``execute_tool`` call; a refusal is ``success: false`` with its stable code."""
+    from context_engine.errors import ContextEngineError
+
+    known = {
+        SEARCH_TOOLS: {"query", "kind", "name_contains", "requires_approval", "limit", "cursor"},
+        EXECUTE_TOOL: {"name", "arguments", "tool_id", "response_mode"},
+    }[name]
+    if set(args) - known:
+        unknown = ", ".join(sorted(set(args) - known))
+        return {"success": False, "error": {"code": "invalid_request", "message": f"unknown arguments: {unknown}"}}
+    try:
+        if name == SEARCH_TOOLS:
+            page = await engine.search_tools(
+                args.get("query") or "",
+                principals=caller,
+                kind=args.get("kind"),
+                name_contains=args.get("name_contains"),
+                requires_approval=args.get("requires_approval"),
+                limit=args.get("limit", 20),
+                cursor=args.get("cursor"),
+            )
+            return {"success": True, "tools": list(page), "next_cursor": getattr(page, "next_cursor", None)}
+        answer = await engine.execute_tool(
+            args.get("name"),  # type: ignore[arg-type]
+            args.get("arguments"),
+            principals=caller,
+            tool_id=args.get("tool_id"),
+            approval_scope=scope,
+            response_mode=args.get("response_mode"),
+        )
+        return {"success": "approval_required" not in answer, **answer}
+    except ContextEngineError as exc:
+        return {"success": False, "error": {"code": exc.code, "message": exc.message}}
+
+
 def _result(answer: dict[str, Any]) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(answer, default=str))],
@@ -167,6 +254,7 @@ def create_mcp_app(
     compute: ComputeRunner | None = None,
     map_reduce: MapReduceRunner | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    approval_scope: Any = None,
 ) -> KnowledgeMcpApp:
     """Serve ``search_knowledge_base`` over MCP streamable HTTP (stateless, JSON responses).
 
@@ -176,13 +264,17 @@ def create_mcp_app(
     so a missing resolver never opens the corpus. ``redaction`` / ``secret_key`` likewise.
     ``allowed_hosts`` (``"host:port"``, ``*`` for any port) turns on the SDK's DNS-rebinding checks of
     the Host and Origin headers; leave it None when the serving app already decides which hosts reach it.
+
+    ``search_tools`` and ``execute_tool`` (governed tools, :mod:`context_engine.tools`) are served
+    beside it under the same principals; ``approval_scope`` (a value or zero-argument callable, never a
+    tool argument) is the scope an approval is granted in.
     """
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
-        return types.ListToolsResult(tools=[_tool()])
+        return types.ListToolsResult(tools=[_tool(), *_gateway_tools()])
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
-        if params.name != TOOL_NAME:
+        if params.name not in (TOOL_NAME, SEARCH_TOOLS, EXECUTE_TOOL):
             return _result({"success": False, "error": f"unknown tool {params.name!r}; call {TOOL_NAME}."})
         token = _request.set(ctx.request if isinstance(ctx.request, Request) else None)
         try:
@@ -190,6 +282,7 @@ def create_mcp_app(
             ceiling = await _resolve(scope)
             policy = await _resolve(redaction)
             key = await _resolve(secret_key)
+            approvals_in = await _resolve(approval_scope)
         except Exception:
             log.exception("knowledge tool over MCP: a host resolver raised")
             return _result({"success": False, "error": HOST_ERROR})
@@ -200,6 +293,8 @@ def create_mcp_app(
             log.error("knowledge tool over MCP: the host's %s resolver returned None", missing)
             return _result({"success": False, "error": HOST_ERROR})
         args = dict(params.arguments or {})
+        if params.name != TOOL_NAME:
+            return _result(await _gateway_call(engine, params.name, args, caller, approvals_in))
         action = args.pop("action", None)
         try:
             answer = await run_knowledge_tool(
