@@ -54,4 +54,4 @@ app.include_router(create_router(engine, auth=auth, principals=principals), pref
 if __name__ == "__main__":
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=8000)
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))  # stops cleanly on SIGTERM too

@@ -54,4 +54,8 @@ atexit.register(close_engine)
 
 
 if __name__ == "__main__":
-    app.run(host="127.0.0.1", port=8000)
+    import signal
+
+    # a plain ``kill`` stops the dev server the way Ctrl-C does, so the exit hook above still runs
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    app.run(host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))
