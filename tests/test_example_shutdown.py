@@ -65,11 +65,7 @@ def wait_until_serving(server: subprocess.Popen[str], url: str, headers: dict[st
     pytest.fail("the server did not answer in time")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("framework", ["fastapi", "flask", "django", "cli-serve"])
-def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framework: str, signum: int) -> None:
-    port = free_port()
-    argv, cwd = command(framework, port)
+def example_env(base: Path, port: int) -> dict[str, str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -78,7 +74,17 @@ def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framewor
         "CONTEXT_API_TOKEN": TOKEN,
     }
     env.pop("CE_DATABASE_URL", None)
-    server = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return env
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("framework", ["fastapi", "flask", "django", "cli-serve"])
+def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framework: str, signum: int) -> None:
+    port = free_port()
+    argv, cwd = command(framework, port)
+    server = subprocess.Popen(
+        argv, cwd=cwd, env=example_env(base, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         prefix = "" if framework == "cli-serve" else "/context"
         response = wait_until_serving(
@@ -98,5 +104,38 @@ def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framewor
     assert "Traceback" not in err, err
     # uvicorn shuts down gracefully, then re-raises the signal so the exit status reports it
     assert server.returncode in ((0, -signum) if framework in ("fastapi", "cli-serve") else (0,)), err
+    assert_nothing_running(pgdata)
+    assert embedded.holders(pgdata) == []
+
+
+def test_ctrl_c_on_django_runserver_with_its_autoreloader_stops_postgres(base: Path) -> None:
+    """Ctrl-C signals the whole process group: the reloader's watcher and the server process it started."""
+    port = free_port()
+    argv = [sys.executable, "manage.py", "runserver", str(port)]
+    watcher = subprocess.Popen(
+        argv,
+        cwd=EXAMPLES / "django_project",
+        env=example_env(base, port),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal gives a foreground job
+    )
+    pgdata = base / "pgdata"
+    try:
+        response = wait_until_serving(
+            watcher, f"http://127.0.0.1:{port}/context/stats", {"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert response.status_code == 200, response.text
+        [server_pid] = embedded.holders(pgdata)
+        assert server_pid != watcher.pid  # the server runs in the watcher's child
+        os.killpg(watcher.pid, signal.SIGINT)
+        _out, err = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+            watcher.wait()
+    assert "Traceback" not in err, err
+    assert watcher.returncode == 0, err
     assert_nothing_running(pgdata)
     assert embedded.holders(pgdata) == []
