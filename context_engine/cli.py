@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,15 +108,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command == "serve":
-            return _serve(args)
-        if args.command == "migrate":
-            return asyncio.run(_migrate(args))
-        if args.command == "ingest":
-            return asyncio.run(_ingest(args))
-        if args.command == "eval":
-            return asyncio.run(_eval(args))
-        if args.command == "check-acl-exposure":
-            return asyncio.run(_check_acl_exposure(args))
+            return _serve(args)  # uvicorn shuts down gracefully on SIGTERM itself
+        with _sigterm_as_ctrl_c():
+            if args.command == "migrate":
+                return asyncio.run(_migrate(args))
+            if args.command == "ingest":
+                return asyncio.run(_ingest(args))
+            if args.command == "eval":
+                return asyncio.run(_eval(args))
+            if args.command == "check-acl-exposure":
+                return asyncio.run(_check_acl_exposure(args))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -125,6 +129,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     parser.print_help()
     return 2
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """A plain ``kill`` ends a command the way Ctrl-C does: the engine closes and the embedded server is released.
+
+    Python's default for SIGTERM ends the process on the spot, skipping every cleanup.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a caller running us elsewhere keeps its own
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # ---------------------------------------------------------------------- serve

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import re
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -16,7 +19,11 @@ from context_engine import TRUSTED, ContextEngine
 from context_engine.cli import build_app, main
 from context_engine.cli_progress import ProgressDisplay
 from context_engine.hooks import Hooks
-from tests.conftest import make_config
+from context_engine.storage import embedded
+from tests.conftest import make_config, server_dir
+from tests.pg_state import assert_nothing_running
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PARAGRAPHS = "\n\n".join(
     f"Section {i}. The harbour crane number {i} lifts containers from the ships onto waiting trucks every morning."
@@ -158,3 +165,40 @@ def test_without_the_docs_extra_the_pages_say_so_and_the_schema_stays(
             assert "pg-context-engine[docs]" in response.text
             assert EXTERNAL.search(response.text) is None
         assert client.get("/openapi.json").status_code == 200
+
+
+# ------------------------------------------------------------------------------------ stopping
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_ingest_closes_the_engine_and_stops_the_embedded_server(tmp_path: Path, signum: int) -> None:
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(30):
+        (folder / f"note-{i}.md").write_text(PARAGRAPHS.replace("harbour", f"harbour {i}"))
+    base = server_dir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "CE_STORAGE__DATA_DIR": str(base),
+        "CE_INGEST__CHUNK_TOKENS": "32",
+        "CE_EMBEDDING__MAX_BATCH_ITEMS": "2",
+    }
+    env.pop("CE_DATABASE_URL", None)
+    command = [sys.executable, "-m", "context_engine.cli", "ingest", str(folder)]
+    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pgdata = base / "pgdata"
+    try:
+        assert run.stderr is not None
+        first = run.stderr.readline()  # the first progress line: the server is up, the first file under way
+        assert first.startswith("[1/30 files]"), first + run.communicate(timeout=60)[1]
+        assert embedded.holders(pgdata) == [run.pid]
+        run.send_signal(signum)
+        _out, err = run.communicate(timeout=60)
+        assert run.returncode == 130, err
+        assert "Traceback" not in err, err
+        assert_nothing_running(pgdata)
+        assert embedded.holders(pgdata) == []
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        embedded.remove(base)
