@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)  # uvicorn shuts down gracefully on SIGTERM itself
-        with _sigterm_as_ctrl_c():
+        with _stop_signals_as_ctrl_c():
             if args.command == "migrate":
                 return asyncio.run(_migrate(args))
             if args.command == "ingest":
@@ -131,20 +131,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-@contextlib.contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
-    """A plain ``kill`` ends a command the way Ctrl-C does: the engine closes and the embedded server is released.
+#: ``kill`` and a closed terminal: Python's default for both ends the process on the spot, skipping every cleanup
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
-    Python's default for SIGTERM ends the process on the spot, skipping every cleanup.
+
+@contextlib.contextmanager
+def _stop_signals_as_ctrl_c() -> Iterator[None]:
+    """A plain ``kill`` (or a closed terminal) ends a command the way Ctrl-C does.
+
+    The engine then closes and the embedded server is released, instead of being left running.
     """
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers; a caller running us elsewhere keeps its own
         return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    previous = {signum: signal.signal(signum, signal.default_int_handler) for signum in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 # ---------------------------------------------------------------------- serve

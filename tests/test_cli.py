@@ -168,7 +168,7 @@ def test_without_the_docs_extra_the_pages_say_so_and_the_schema_stays(
 
 
 # ------------------------------------------------------------------------------------ stopping
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_stopped_ingest_closes_the_engine_and_stops_the_embedded_server(tmp_path: Path, signum: int) -> None:
     folder = tmp_path / "many"
     folder.mkdir()
