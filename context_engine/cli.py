@@ -305,19 +305,19 @@ async def _ingest(args: argparse.Namespace) -> int:
     hooks = Hooks(on_progress=display.on_progress)
     async with ContextEngine(_config(args.database_url), hooks=hooks) as engine:
         for i, (path, name) in enumerate(files):
-            display.start_item(i, name)
+            display.start_file(i, name)
             try:
                 report = await engine.ingest(file=path, name=name, source_id=args.source_id, acl=acl)
             except Exception as exc:  # one refused file never stops the batch
                 counts["failed"] += 1
                 failures.append(f"{name}: {exc}")
-                display.finish_item("failed")
+                display.finish_file("failed")
                 continue
             doc = report.documents[0]
             counts[doc.status if doc.status in counts else "failed"] += 1
             if doc.status == "failed":
                 failures.append(f"{name}: {doc.failure_reason}: {doc.error}")
-            display.finish_item(doc.status)
+            display.finish_file(doc.status)
     display.close()
     print(
         f"ingested {len(files)} files: {counts['completed']} completed, {counts['skipped']} skipped, "

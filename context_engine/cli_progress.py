@@ -13,25 +13,24 @@ from context_engine.hooks import ProgressEvent
 
 
 class ProgressDisplay:
-    """Shows how far a run of ``total`` items is, and how far the current item is inside itself."""
+    """Shows how far a run of ``total`` files is, and how far the current file is inside itself."""
 
-    def __init__(self, stream: TextIO, total: int, *, unit: str = "files", interactive: bool | None = None):
+    def __init__(self, stream: TextIO, total: int, *, interactive: bool | None = None):
         self.stream = stream
         self.total = total
-        self.unit = unit
         self.interactive = stream.isatty() if interactive is None else interactive
         self.index = 0
         self.label = ""
         self._drawn = False
         self._last_line = ""
 
-    def start_item(self, index: int, label: str) -> None:
-        """Item ``index`` (0-based) of the run begins."""
+    def start_file(self, index: int, label: str) -> None:
+        """File ``index`` (0-based) of the run begins."""
         self.index, self.label = index, label
         self._show(0.0, "")
 
     def on_progress(self, event: ProgressEvent) -> None:
-        """The engine's ``on_progress`` hook: extraction, chunking and each embedded batch of the item."""
+        """The engine's ``on_progress`` hook: extraction, chunking and each embedded batch of the file."""
         detail = event.detail
         if event.stage == "embed" and event.state in ("progress", "done"):
             done, total = int(detail.get("done", 0)), int(detail.get("total", 0))
@@ -41,12 +40,12 @@ class ProgressDisplay:
         elif event.stage == "extract" and event.state == "started":
             self._show(0.0, "reading")
 
-    def finish_item(self, status: str) -> None:
-        """The current item ended with ``status`` (completed, skipped, failed)."""
+    def finish_file(self, status: str) -> None:
+        """The current file ended with ``status`` (completed, skipped, failed)."""
         self._show(1.0, status)
 
     def stage(self, label: str, done: int, total: int) -> None:
-        """A run counted in steps rather than items (``eval``'s stages); plain output every tenth."""
+        """A run counted in steps rather than files (``eval``'s stages); plain output every tenth."""
         if self.interactive:
             fraction = done / total if total else 1.0
             self._write_bar(fraction, f"{label} {done}/{total}")
@@ -62,11 +61,11 @@ class ProgressDisplay:
         self._drawn = False
 
     def _show(self, within: float, what: str) -> None:
-        position = f"{min(self.index + 1, self.total)}/{self.total} {self.unit}" if self.total else f"0 {self.unit}"
+        position = f"{min(self.index + 1, self.total)}/{self.total} files"
         text = f"{self.label}: {what}" if what else self.label
         if not self.interactive:
             line = f"[{position}] {text}\n"
-            # the start of an item is told by its first event; batches finishing together repeat a count
+            # the start of a file is told by its first event; batches finishing together repeat a count
             if what and line != self._last_line:
                 self.stream.write(line)
                 self.stream.flush()

@@ -115,9 +115,9 @@ async def test_the_terminal_bar_moves_inside_one_file(database_url: str) -> None
     display = ProgressDisplay(screen, 1, interactive=True)
     config = make_config(database_url, ingest={"chunk_tokens": 32}, embedding={"max_batch_items": 2})
     async with ContextEngine(config, hooks=Hooks(on_progress=display.on_progress)) as engine:
-        display.start_item(0, "cranes.md")
+        display.start_file(0, "cranes.md")
         report = await engine.ingest(text=PARAGRAPHS, name="cranes.md")
-        display.finish_item(report.documents[0].status)
+        display.finish_file(report.documents[0].status)
     display.close()
     frames = screen.getvalue().split("\r")[1:]
     fills = [frame.split("]")[0].count("#") for frame in frames]
