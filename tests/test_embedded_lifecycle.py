@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
 
 from context_engine.storage import embedded
@@ -141,3 +142,31 @@ def test_remove_stops_the_server_before_deleting_its_directory(base: Path) -> No
         host.kill()
         host.wait()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_pid_file_naming_a_reused_pid_does_not_pass_for_a_running_server(base: Path) -> None:
+    """Host and server killed together (a container restart); the server's pid now belongs to someone else."""
+    pgdata = base / "pgdata"
+    host = start_host(base)
+    [postmaster] = postgres_processes(pgdata)
+    host.send_signal(signal.SIGKILL)
+    host.wait(timeout=30)
+    server = psutil.Process(postmaster)
+    server.kill()
+    server.wait(30)
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        (pgdata / "postmaster.pid").write_text("\n".join([str(stand_in.pid), *lines[1:]]) + "\n")
+        _, url = embedded.acquire(base)
+        try:
+            with psycopg.connect(url) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+            assert len(postgres_processes(pgdata)) == 1
+        finally:
+            embedded.release(pgdata)
+        assert_nothing_running(pgdata)
+        assert stand_in.poll() is None  # the stand-in was left alone
+    finally:
+        stand_in.kill()
+        stand_in.wait()
