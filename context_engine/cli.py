@@ -237,6 +237,10 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"context-engine serving on http://{args.host}:{args.port} using {where}.", file=sys.stderr)
     print(f"Principals: {who}", file=sys.stderr)
     print("No authentication is applied by this dev server; keep it on localhost.", file=sys.stderr)
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down gracefully on SIGTERM and SIGINT only; a closed terminal (SIGHUP) would
+        # end the process on the spot, leaving the embedded server running, so it becomes a SIGTERM
+        signal.signal(signal.SIGHUP, lambda signum, frame: signal.raise_signal(signal.SIGTERM))
     uvicorn.run(app, host=args.host, port=args.port, log_level=os.environ.get("CE_LOG_LEVEL", "info"))
     return 0
 

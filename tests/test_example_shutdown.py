@@ -77,8 +77,14 @@ def example_env(base: Path, port: int) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("framework", ["fastapi", "flask", "django", "cli-serve"])
+STOPS = (signal.SIGTERM, signal.SIGINT)
+CASES = [
+    *[(framework, signum) for framework in ("fastapi", "flask", "django", "cli-serve") for signum in STOPS],
+    ("cli-serve", signal.SIGHUP),  # a closed terminal
+]
+
+
+@pytest.mark.parametrize(("framework", "signum"), CASES, ids=[f"{f}-{signal.Signals(s).name}" for f, s in CASES])
 def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framework: str, signum: int) -> None:
     port = free_port()
     argv, cwd = command(framework, port)
@@ -102,8 +108,9 @@ def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framewor
             server.kill()
             server.wait()
     assert "Traceback" not in err, err
-    # uvicorn shuts down gracefully, then re-raises the signal so the exit status reports it
-    assert server.returncode in ((0, -signum) if framework in ("fastapi", "cli-serve") else (0,)), err
+    # uvicorn shuts down gracefully, then re-raises the signal (serve turns SIGHUP into SIGTERM) to report it
+    uvicorn = framework in ("fastapi", "cli-serve")
+    assert server.returncode in ((0, -signum, -signal.SIGTERM) if uvicorn else (0,)), err
     assert_nothing_running(pgdata)
     assert embedded.holders(pgdata) == []
 
