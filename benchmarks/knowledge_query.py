@@ -56,6 +56,7 @@ from context_engine.evaluation import (
     percentile,
     score_run,
 )
+from context_engine.storage import embedded
 
 HERE = Path(__file__).resolve().parent
 SOURCE = "bench-scifact"
@@ -127,7 +128,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         model_requests.append(str(request.url))
 
     counted = httpx.AsyncClient(event_hooks={"request": [count]})
-    throwaway = None
+    throwaway: Path | None = None
     config = ContextEngineConfig(
         llm={"provider": "custom", "base_url": "http://127.0.0.1:9/v1", "model": "never-called", "max_retries": 0},
         rerank={"provider": "llm"},
@@ -136,8 +137,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         config.database_url = args.database_url
         config.storage.auto_migrate = True
     else:
-        throwaway = tempfile.TemporaryDirectory(prefix="ce-bench-kq-")
-        config.storage.data_dir = Path(throwaway.name)
+        throwaway = Path(tempfile.mkdtemp(prefix="ce-bench-kq-"))
+        config.storage.data_dir = throwaway
 
     def progress(stage: str, done: int, total: int) -> None:
         print(f"  {stage}: {done}/{total}", file=sys.stderr, flush=True)
@@ -179,7 +180,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await counted.aclose()
         if throwaway is not None:
-            throwaway.cleanup()
+            embedded.remove(throwaway)  # stops the server if closing the engine left it running
     if model_requests:
         raise SystemExit(f"the no-model path called a model {len(model_requests)} time(s)")
     rows = {name: score_run(name, rankings[name], dataset.qrels, latency[name]) for name in PATHS}

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -112,21 +115,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command == "serve":
-            return _serve(args)
-        if args.command == "migrate":
-            return asyncio.run(_migrate(args))
-        if args.command == "ingest":
-            return asyncio.run(_ingest(args))
-        if args.command == "eval":
-            return asyncio.run(_eval(args))
-        if args.command == "check-acl-exposure":
-            return asyncio.run(_check_acl_exposure(args))
-        if args.command == "install-skill":
-            return skill.run(args)
+            return _serve(args)  # uvicorn shuts down gracefully on SIGTERM itself
         if args.command == "mcp":
-            return mcp_cli.run(args)
-        if args.command == "tools":
-            return tools_cli.run(args)
+            return mcp_cli.run(args)  # uvicorn too
+        with _stop_signals_as_ctrl_c():
+            if args.command == "migrate":
+                return asyncio.run(_migrate(args))
+            if args.command == "ingest":
+                return asyncio.run(_ingest(args))
+            if args.command == "eval":
+                return asyncio.run(_eval(args))
+            if args.command == "check-acl-exposure":
+                return asyncio.run(_check_acl_exposure(args))
+            if args.command == "install-skill":
+                return skill.run(args)
+            if args.command == "tools":
+                return tools_cli.run(args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -138,6 +142,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     parser.print_help()
     return 2
+
+
+#: ``kill`` and a closed terminal: Python's default for both ends the process on the spot, skipping every cleanup
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _stop_signals_as_ctrl_c() -> Iterator[None]:
+    """A plain ``kill`` (or a closed terminal) ends a command the way Ctrl-C does.
+
+    The engine then closes and the embedded server is released, instead of being left running.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a caller running us elsewhere keeps its own
+        return
+    previous = {signum: signal.signal(signum, signal.default_int_handler) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 # ---------------------------------------------------------------------- serve
@@ -167,10 +192,42 @@ def build_app(config: ContextEngineConfig, *, trusted: bool = False) -> Any:
         yield
         await engine.aclose()
 
-    app = FastAPI(title="context-engine", lifespan=lifespan)
+    app = _app_with_local_docs(title="context-engine", lifespan=lifespan)
     app.include_router(create_router(engine, auth=allow_all, principals=header_principals))
     app.state.engine = engine
     return app
+
+
+DOCS_MISSING = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>context-engine: no interactive docs</title></head>
+<body><p>The interactive API docs are not installed. They are served from local files, never a CDN:
+<code>pip install "pg-context-engine[docs]"</code> and restart the server.</p>
+<p>The OpenAPI schema is at <a href="openapi.json">openapi.json</a>.</p></body></html>
+"""
+
+
+def _app_with_local_docs(**settings: Any) -> Any:
+    """A FastAPI app whose ``/docs`` and ``/redoc`` load Swagger UI and ReDoc from this server.
+
+    FastAPI's own pages fetch their scripts from a CDN and show nothing offline; the assets come
+    from the ``docs`` extra instead, and without it those pages say how to get them.
+    """
+    from fastapi import FastAPI
+    from fastapi.responses import HTMLResponse
+
+    try:
+        from fastapi_offline import FastAPIOffline
+    except ImportError:
+        app = FastAPI(docs_url=None, redoc_url=None, **settings)
+
+        @app.get("/docs", include_in_schema=False)
+        @app.get("/redoc", include_in_schema=False)
+        async def docs_missing() -> HTMLResponse:
+            return HTMLResponse(DOCS_MISSING, status_code=404)
+
+        return app
+    # no validator badge: it would send the schema to an outside service
+    return FastAPIOffline(swagger_ui_parameters={"validatorUrl": None}, **settings)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -193,6 +250,10 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"context-engine serving on http://{args.host}:{args.port} using {where}.", file=sys.stderr)
     print(f"Principals: {who}", file=sys.stderr)
     print("No authentication is applied by this dev server; keep it on localhost.", file=sys.stderr)
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down gracefully on SIGTERM and SIGINT only; a closed terminal (SIGHUP) would
+        # end the process on the spot, leaving the embedded server running, so it becomes a SIGTERM
+        signal.signal(signal.SIGHUP, lambda signum, frame: signal.raise_signal(signal.SIGTERM))
     uvicorn.run(app, host=args.host, port=args.port, log_level=os.environ.get("CE_LOG_LEVEL", "info"))
     return 0
 
@@ -223,49 +284,60 @@ async def _migrate(args: argparse.Namespace) -> int:
 _SKIP = {".git", ".venv", "__pycache__", "node_modules"}
 
 
-def _walk(paths: Sequence[Path]) -> list[Path]:
-    files: list[Path] = []
+def named_files(paths: Sequence[Path]) -> list[tuple[Path, str]]:
+    """Each file to ingest with its document name: the path relative to the folder given, or the file's name.
+
+    The name is what identifies a document, so it must not depend on how the path was typed
+    (``/abs/dir`` and ``dir`` name ``dir/notes.csv`` the same: ``notes.csv``). Two files that
+    would share a name are refused before anything is ingested.
+    """
+    files: list[tuple[Path, str]] = []
     for path in paths:
         if path.is_dir():
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.startswith("."))
-                files.extend(Path(root) / n for n in sorted(names) if not n.startswith("."))
+                for name in sorted(n for n in names if not n.startswith(".")):
+                    found = Path(root) / name
+                    files.append((found, found.relative_to(path).as_posix()))
         elif path.is_file():
-            files.append(path)
+            files.append((path, path.name))
         else:
             raise ValueError(f"no such file or folder: {path}")
-    return files
-
-
-def _bar(done: int, total: int, label: str) -> None:
-    width = 30
-    filled = int(width * done / total) if total else width
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:40]:<40}")
-    sys.stderr.flush()
+    named: dict[str, Path] = {}
+    for found, name in files:
+        earlier = named.setdefault(name, found)
+        if earlier.resolve() != found.resolve():
+            raise ValueError(f"{earlier} and {found} would both be named {name!r}; ingest their common folder instead")
+    return [(found, name) for name, found in named.items()]  # the same file given twice is ingested once
 
 
 async def _ingest(args: argparse.Namespace) -> int:
+    from context_engine.cli_progress import ProgressDisplay
     from context_engine.engine import ContextEngine
+    from context_engine.hooks import Hooks
 
-    files = _walk(args.paths)
+    files = named_files(args.paths)
     acl = [p.strip() for p in args.acl.split(",") if p.strip()]
     counts = {"completed": 0, "skipped": 0, "failed": 0}
     failures: list[str] = []
-    async with ContextEngine(_config(args.database_url)) as engine:
-        for i, path in enumerate(files):
-            _bar(i, len(files), path.name)
+    display = ProgressDisplay(sys.stderr, len(files))
+    hooks = Hooks(on_progress=display.on_progress)
+    async with ContextEngine(_config(args.database_url), hooks=hooks) as engine:
+        for i, (path, name) in enumerate(files):
+            display.start_file(i, name)
             try:
-                report = await engine.ingest(file=path, name=str(path), source_id=args.source_id, acl=acl)
+                report = await engine.ingest(file=path, name=name, source_id=args.source_id, acl=acl)
             except Exception as exc:  # one refused file never stops the batch
                 counts["failed"] += 1
-                failures.append(f"{path}: {exc}")
+                failures.append(f"{name}: {exc}")
+                display.finish_file("failed")
                 continue
             doc = report.documents[0]
             counts[doc.status if doc.status in counts else "failed"] += 1
             if doc.status == "failed":
-                failures.append(f"{path}: {doc.failure_reason}: {doc.error}")
-        _bar(len(files), len(files), "done")
-    sys.stderr.write("\n")
+                failures.append(f"{name}: {doc.failure_reason}: {doc.error}")
+            display.finish_file(doc.status)
+    display.close()
     print(
         f"ingested {len(files)} files: {counts['completed']} completed, {counts['skipped']} skipped, "
         f"{counts['failed']} failed"
@@ -277,6 +349,7 @@ async def _ingest(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- eval
 async def _eval(args: argparse.Namespace) -> int:
+    from context_engine.cli_progress import ProgressDisplay
     from context_engine.evaluation import format_table, run_eval
 
     if not args.data.is_dir():
@@ -284,10 +357,12 @@ async def _eval(args: argparse.Namespace) -> int:
     baselines = ["bm25", "dense", "bm25+dense"] if args.dense_baseline else ["bm25"]
     config = ContextEngineConfig.from_env()
 
+    display = ProgressDisplay(sys.stderr, 0)
+
     def progress(stage: str, done: int, total: int) -> None:
-        _bar(done, total, stage)
+        display.stage(stage, done, total)
         if done == total:
-            sys.stderr.write("\n")
+            display.close()
 
     report = await run_eval(
         args.data,

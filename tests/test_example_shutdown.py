@@ -1,0 +1,148 @@
+"""Each example server, run for real and stopped with SIGTERM or SIGINT, exits cleanly and stops its PostgreSQL.
+
+The servers use the embedded PostgreSQL in a fresh data directory; a request that reads the
+database starts it. After the signal: a clean exit, no traceback, nothing running, no holder listed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from context_engine.storage import embedded
+from tests.conftest import server_dir
+from tests.pg_state import assert_nothing_running, postgres_processes
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+TOKEN = "shutdown-token"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def command(framework: str, port: int) -> tuple[list[str], Path]:
+    """The command line that serves ``framework``'s example on ``port``, and where it runs."""
+    if framework == "fastapi":
+        return [sys.executable, "fastapi_app.py"], EXAMPLES
+    if framework == "flask":
+        return [sys.executable, "flask_app.py"], EXAMPLES
+    if framework == "django":
+        return [sys.executable, "manage.py", "runserver", "--noreload", str(port)], EXAMPLES / "django_project"
+    return [sys.executable, "-m", "context_engine.cli", "serve", "--port", str(port)], ROOT
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    path = server_dir()
+    try:
+        yield path
+    finally:
+        embedded.remove(path)
+
+
+def wait_until_serving(server: subprocess.Popen[str], url: str, headers: dict[str, str]) -> httpx.Response:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"the server exited early: {server.communicate()[1]}")
+        try:
+            return httpx.get(url, headers=headers, timeout=60)
+        except httpx.TransportError:
+            time.sleep(0.3)
+    pytest.fail("the server did not answer in time")
+
+
+def example_env(base: Path, port: int) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PORT": str(port),
+        "CE_STORAGE__DATA_DIR": str(base),
+        "CONTEXT_API_TOKEN": TOKEN,
+    }
+    env.pop("CE_DATABASE_URL", None)
+    return env
+
+
+STOPS = (signal.SIGTERM, signal.SIGINT)
+CASES = [
+    *[(framework, signum) for framework in ("fastapi", "flask", "django", "cli-serve") for signum in STOPS],
+    ("cli-serve", signal.SIGHUP),  # a closed terminal
+]
+
+
+@pytest.mark.parametrize(("framework", "signum"), CASES, ids=[f"{f}-{signal.Signals(s).name}" for f, s in CASES])
+def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framework: str, signum: int) -> None:
+    port = free_port()
+    argv, cwd = command(framework, port)
+    server = subprocess.Popen(
+        argv, cwd=cwd, env=example_env(base, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        prefix = "" if framework == "cli-serve" else "/context"
+        response = wait_until_serving(
+            server, f"http://127.0.0.1:{port}{prefix}/stats", {"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert response.status_code == 200, response.text
+        pgdata = base / "pgdata"
+        assert len(postgres_processes(pgdata)) == 1
+        assert embedded.holders(pgdata) == [server.pid]
+
+        server.send_signal(signum)
+        _out, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert "Traceback" not in err, err
+    # uvicorn shuts down gracefully, then re-raises the signal (serve turns SIGHUP into SIGTERM) to report it
+    uvicorn = framework in ("fastapi", "cli-serve")
+    assert server.returncode in ((0, -signum, -signal.SIGTERM) if uvicorn else (0,)), err
+    assert_nothing_running(pgdata)
+    assert embedded.holders(pgdata) == []
+
+
+def test_ctrl_c_on_django_runserver_with_its_autoreloader_stops_postgres(base: Path) -> None:
+    """Ctrl-C signals the whole process group: the reloader's watcher and the server process it started."""
+    port = free_port()
+    argv = [sys.executable, "manage.py", "runserver", str(port)]
+    watcher = subprocess.Popen(
+        argv,
+        cwd=EXAMPLES / "django_project",
+        env=example_env(base, port),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal gives a foreground job
+    )
+    pgdata = base / "pgdata"
+    try:
+        response = wait_until_serving(
+            watcher, f"http://127.0.0.1:{port}/context/stats", {"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert response.status_code == 200, response.text
+        [server_pid] = embedded.holders(pgdata)
+        assert server_pid != watcher.pid  # the server runs in the watcher's child
+        os.killpg(watcher.pid, signal.SIGINT)
+        _out, err = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+            watcher.wait()
+    assert "Traceback" not in err, err
+    assert watcher.returncode == 0, err
+    assert_nothing_running(pgdata)
+    assert embedded.holders(pgdata) == []
