@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -28,12 +27,11 @@ def server_dir() -> Path:
 def pg_base_url() -> Iterator[str]:
     """The embedded server's URL (database ``postgres``), started once for the session."""
     base = server_dir()
-    pgdata, url = embedded.acquire(base)
+    _pgdata, url = embedded.acquire(base)
     try:
         yield url
     finally:
-        embedded.release(pgdata)
-        shutil.rmtree(base, ignore_errors=True)
+        embedded.remove(base)  # stops the server whoever holds it, then deletes its directory
 
 
 def _with_database(base_url: str, name: str) -> str:
