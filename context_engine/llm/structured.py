@@ -58,6 +58,13 @@ class StructuredCallError(ContextEngineError):
         return f"{type(self).__name__}(mode={self.mode!r}, attempts={self.attempts}, tokens={self.tokens})"
 
 
+class LLMNotConfigured(ContextEngineError):
+    """An action that needs a model was called on a deployment with no ``llm`` configured."""
+
+    code = "llm_not_configured"
+    status = 501
+
+
 class StructuredRefusal(StructuredCallError):
     """The model declined, in the field its provider reserves for saying so (not a malformed reply)."""
 
