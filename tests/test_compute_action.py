@@ -182,7 +182,7 @@ async def test_the_model_sees_masked_cells_and_headers_and_the_result_is_swept(s
 
 # ------------------------------------------------------------------------------------ wire formats
 async def test_the_anthropic_wire_format_native_then_forced_tool(server: FakeHTTPServer) -> None:
-    pytest.importorskip("anthropic")
+    import anthropic  # noqa: F401  (the anthropic extra is part of the test install)
     frames = {"t": pd.DataFrame({"a": [1, 2, 3]})}
 
     def handler(body: Any, _h: dict[str, str], _t: Any) -> Any:
