@@ -557,6 +557,7 @@ class ContextEngine:
             code_runner=code_runner,
             runner=runner,
             redactor=self._redactor(caller, redaction, redaction_secret_key),
+            hooks=self.hooks,
             http_client_factory=self._http_client_factory,
         )
 
@@ -580,6 +581,7 @@ class ContextEngine:
             settings=settings,
             code_runner=code_runner,
             redactor=self._redactor(None, redaction, redaction_secret_key),
+            hooks=self.hooks,
             http_client_factory=self._http_client_factory,
         )
 
@@ -607,6 +609,7 @@ class ContextEngine:
             limit=limit,
             runner=runner,
             redactor=self._redactor(caller, redaction, redaction_secret_key),
+            hooks=self.hooks,
             http_client_factory=self._http_client_factory,
         )
 

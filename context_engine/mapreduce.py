@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from context_engine.compute.frames import SPREADSHEET_MIMES
 from context_engine.config import LLMConfig
 from context_engine.errors import ContextEngineError, InvalidRequest
+from context_engine.hooks import Hooks, UsageEvent
 from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.factory import build_llm
 from context_engine.llm.structured import LLMNotConfigured, structured_call
@@ -72,6 +73,7 @@ async def map_reduce(
     redactor: Redactor | None = None,
     concurrency: int = 4,
     max_chars: int = 12_000,
+    hooks: Hooks | None = None,
     http_client_factory: HttpClientFactory | None = None,
 ) -> dict[str, Any]:
     """Ask ``instruction`` of each of the newest ``limit`` documents the caller may see in ``scope``.
@@ -79,6 +81,7 @@ async def map_reduce(
     Returns ``success``, ``results`` (``document_id``, ``document_name`` and ``data`` or ``error``),
     ``processed``, ``failed``, ``considered``, ``hint`` (mixed scopes only) and ``usage``. A host
     ``runner`` replaces the model calls (after the spreadsheet refusal); its reply is swept.
+    ``hooks.on_usage`` gets the tokens of every map call.
     """
     instruction = _check_instruction(instruction)
     cap = _check_limit(limit)
@@ -163,6 +166,9 @@ async def map_reduce(
     }
     if hint is not None:
         out["hint"] = hint
+    if hooks is not None:
+        detail = {"action": "map_reduce", "calls": len(results)}
+        await hooks.emit("on_usage", UsageEvent("llm_tokens", tokens["llm"], None, detail))
     return redactor.obj(out) if redactor is not None else out
 
 

@@ -17,6 +17,7 @@ import pytest
 from context_engine import TRUSTED, ContextEngine
 from context_engine.compute import ComputeConfig, ComputeDisabled, NoFrames, compute_over_frames
 from context_engine.config import ContextEngineConfig
+from context_engine.hooks import ErrorEvent, UsageEvent
 from context_engine.llm import reset_native_schema_support
 from context_engine.llm.structured import LLMNotConfigured
 from context_engine.redaction import RedactionPolicy, RedactionRule
@@ -123,10 +124,17 @@ async def test_refused_code_buys_one_rewrite_with_the_refusal(
     await llm_engine.ingest(file=csv_bytes(SALES), name="sales.csv", source_id="fin")
     unsafe = "import os\nresult = os.getcwd()"
     server.route("POST", "/v1/chat/completions", sequence(code_reply(unsafe, 80), code_reply(TOTAL, 90)))
+    errors: list[ErrorEvent] = []
+    usage: list[UsageEvent] = []
+    llm_engine.hooks.on_error, llm_engine.hooks.on_usage = errors.append, usage.append
     out = await llm_engine.compute("total", principals=TRUSTED, settings=ON)
     assert out["success"] and out["attempts"] == 2 and out["provider_tokens"] == {"llm": 170}
     rewrite = sent_prompt(server, 1)
     assert "import os" in rewrite and "Import is not allowed" in rewrite
+    # one failed attempt, one usage event carrying both calls' tokens
+    (error,) = errors
+    assert (error.stage, error.failure_reason, error.error[:10]) == ("compute_codegen", "unsafe_code", "attempt 1:")
+    assert [(u.kind, u.units, u.detail) for u in usage] == [("llm_tokens", 170, {"action": "compute", "attempts": 2})]
 
 
 async def test_refused_twice_is_an_error_and_nothing_runs(llm_engine: ContextEngine, server: FakeHTTPServer) -> None:

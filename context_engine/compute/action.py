@@ -27,6 +27,7 @@ from context_engine.compute.settings import ComputeConfig
 from context_engine.compute.worker import WorkerOutcome, run_in_worker
 from context_engine.config import ContextEngineConfig
 from context_engine.errors import ContextEngineError, InvalidRequest
+from context_engine.hooks import ErrorEvent, Hooks, UsageEvent
 from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.structured import LLMNotConfigured, structured_call
 from context_engine.redaction.apply import Redactor
@@ -57,6 +58,7 @@ async def compute_over_frames(
     code_runner: CodeRunner | None = None,
     redactor: Redactor | None = None,
     documents_used: Sequence[str] = (),
+    hooks: Hooks | None = None,
     http_client_factory: HttpClientFactory | None = None,
 ) -> dict[str, Any]:
     """Answer ``question`` by code the model writes over ``frames`` (``{key: DataFrame}``).
@@ -65,6 +67,9 @@ async def compute_over_frames(
     given; ``LLMNotConfigured`` without ``config.llm``; ``NoFrames`` for an empty dict. Returns
     ``success``, ``result``, ``code``, ``stdout``, ``error`` (+ ``error_code``), ``execution_time``,
     ``documents_used``, ``frames`` (the keys the code saw), ``provider_tokens`` and ``attempts``.
+    ``hooks.on_error`` fires once per failed attempt (stage ``compute_codegen`` for the model or the
+    checker, ``compute_run`` for the code; the error text starts with ``attempt N:``) and
+    ``hooks.on_usage`` once with the tokens of every attempt.
     """
     settings = settings or ComputeConfig()
     question = _check_question(question)
@@ -82,6 +87,13 @@ async def compute_over_frames(
     outcome: WorkerOutcome | None = None
     error: tuple[str, str] | None = None
     prompt = codegen.first_prompt(question, visible)
+    failures: list[ErrorEvent] = []
+
+    def failed(stage: str, error_code: str, message: str) -> tuple[str, str]:
+        text = redactor.text(message) if redactor is not None else message
+        failures.append(ErrorEvent(stage, "compute", None, error_code, f"attempt {attempts}: {text}"))
+        return error_code, message
+
     while attempts < 2:
         attempts += 1
         try:
@@ -95,18 +107,22 @@ async def compute_over_frames(
             )
         except ContextEngineError as exc:
             tokens += int(exc.details.get("tokens", 0) or 0)
-            error = (exc.code, f"the model did not produce code: {exc.message}")
+            error = failed("compute_codegen", exc.code, f"the model did not produce code: {exc.message}")
             break
         tokens += reply.tokens
         code = str(reply.value["code"])
         try:
             check_code(code)
         except UnsafeCode as refused:
-            error = (refused.code, refused.message)
+            error = failed("compute_codegen", refused.code, refused.message)
             prompt = codegen.rewrite_prompt(question, visible, code, refused.message)
             continue
         outcome = await _run(code, visible, settings, code_runner)
-        error = None if outcome.ok else (outcome.error_kind or "runtime", outcome.error or "the code failed")
+        error = (
+            None
+            if outcome.ok
+            else failed("compute_run", outcome.error_kind or "runtime", outcome.error or "the code failed")
+        )
         if outcome.error_kind == "frame_key":
             prompt = codegen.rewrite_prompt(question, visible, code, outcome.error or "")
             continue
@@ -125,6 +141,11 @@ async def compute_over_frames(
         "provider_tokens": {"llm": tokens},
         "attempts": attempts,
     }
+    if hooks is not None:
+        for event in failures:
+            await hooks.emit("on_error", event)
+        detail = {"action": "compute", "attempts": attempts}
+        await hooks.emit("on_usage", UsageEvent("llm_tokens", tokens, None, detail))
     return redactor.obj(out) if redactor is not None else out
 
 
@@ -138,6 +159,7 @@ async def compute(
     code_runner: CodeRunner | None = None,
     runner: ComputeRunner | None = None,
     redactor: Redactor | None = None,
+    hooks: Hooks | None = None,
     http_client_factory: HttpClientFactory | None = None,
 ) -> dict[str, Any]:
     """``compute_over_frames`` over the spreadsheets in ``scope`` the caller may see, read from storage.
@@ -171,6 +193,7 @@ async def compute(
         code_runner=code_runner,
         redactor=redactor,
         documents_used=stored.document_ids,
+        hooks=hooks,
         http_client_factory=http_client_factory,
     )
 
