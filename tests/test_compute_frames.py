@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from context_engine import ContextEngine
-from context_engine.compute import assign_keys, load_stored_frames
+from context_engine.compute import assign_keys, compute_suggestion, load_stored_frames
 from context_engine.compute.frames import SheetRef, mask_frames
 from context_engine.redaction import RedactionPolicy, RedactionRule
 from context_engine.redaction.apply import Redactor
@@ -117,6 +117,17 @@ async def test_frames_are_read_under_the_caller_acl_and_scope(engine: ContextEng
     assert sorted((await stored(engine, principals=("finance",))).frames) == ["open.csv", "secret.csv"]
     assert list((await stored(engine, principals=("finance",), source_ids=["fin"])).frames) == ["secret"]
     assert (await stored(engine, principals=("staff",), source_ids=["fin"])).frames == {}
+
+
+async def test_the_compute_suggestion_names_the_newest_sheet_as_compute_keys_it(engine: ContextEngine) -> None:
+    sql = await engine._ready()
+    assert await compute_suggestion(sql, Scope(None)) == {"frame_key": None, "measure": None, "group_by": None}
+    await engine.ingest(file=xlsx_bytes(), name="book.xlsx", source_id="fin")
+    await engine.ingest(file=csv_bytes(sales_rows(5)), name="costs.csv", source_id="fin", acl=["finance"])
+    newest = await compute_suggestion(sql, Scope(("finance",)))
+    assert newest == {"frame_key": "costs.csv", "measure": "id", "group_by": "region"}
+    only_book = await compute_suggestion(sql, Scope(("staff",)))
+    assert only_book == {"frame_key": "Q1", "measure": "qty", "group_by": "item"}
 
 
 def test_masking_covers_cells_headers_and_keys() -> None:

@@ -9,7 +9,7 @@ isolation for the code) or ``runner`` (its own whole action) turns it on as well
 from context_engine.compute.action import CodeRunner, ComputeRunner, compute, compute_over_frames
 from context_engine.compute.checker import check_code
 from context_engine.compute.errors import ComputeDisabled, NoFrames, UnsafeCode
-from context_engine.compute.frames import SPREADSHEET_MIMES, assign_keys, load_stored_frames
+from context_engine.compute.frames import SPREADSHEET_MIMES, assign_keys, compute_suggestion, load_stored_frames
 from context_engine.compute.settings import ComputeConfig
 
 __all__ = [
@@ -24,5 +24,6 @@ __all__ = [
     "check_code",
     "compute",
     "compute_over_frames",
+    "compute_suggestion",
     "load_stored_frames",
 ]

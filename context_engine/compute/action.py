@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from context_engine.compute import codegen
 from context_engine.compute.checker import check_code
 from context_engine.compute.errors import ComputeDisabled, NoFrames, UnsafeCode
-from context_engine.compute.frames import load_stored_frames, mask_frames
+from context_engine.compute.frames import load_stored_frames, mask_frames, require_pandas
 from context_engine.compute.settings import ComputeConfig
 from context_engine.compute.worker import WorkerOutcome, run_in_worker
 from context_engine.config import ContextEngineConfig
@@ -79,6 +79,7 @@ async def compute_over_frames(
         raise LLMNotConfigured("compute needs an LLM to write its code: configure the llm section")
     if not frames:
         raise NoFrames("there are no dataframes to compute over")
+    require_pandas()
     visible = mask_frames(frames, redactor)
     used = [str(d) for d in documents_used]
     tokens = 0
@@ -182,6 +183,7 @@ async def compute(
         raise ComputeDisabled(OFF_MESSAGE)
     if config.llm is None:
         raise LLMNotConfigured("compute needs an LLM to write its code: configure the llm section")
+    require_pandas()
     stored = await load_stored_frames(sql, scope, max_documents=settings.max_documents)
     if not stored.frames:
         raise NoFrames("there is no spreadsheet in scope that you may read")

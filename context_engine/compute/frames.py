@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from context_engine.errors import ConfigError
 from context_engine.redaction.apply import Redactor
 from context_engine.retrieval.legs import Scope
 from context_engine.storage.predicates import visibility
@@ -66,6 +67,14 @@ class StoredFrames:
     document_ids: list[str] = field(default_factory=list)
 
 
+def require_pandas() -> None:
+    """``ConfigError`` naming the extra when pandas is missing (compute cannot run without it)."""
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        raise ConfigError('compute needs pandas: pip install "pg-context-engine[compute]"') from None
+
+
 def assign_keys(sheets: Sequence[SheetRef]) -> list[SheetRef]:
     """Fill each sheet's ``key`` by the rule in the module docstring; returns the sheets in id order."""
     ordered = sorted(sheets, key=lambda s: s.document_id)
@@ -91,12 +100,8 @@ def assign_keys(sheets: Sequence[SheetRef]) -> list[SheetRef]:
     return ordered
 
 
-async def load_stored_frames(sql: AsyncEngine, scope: Scope, *, max_documents: int) -> StoredFrames:
-    """The newest ``max_documents`` spreadsheets the caller may see in ``scope``, as frames.
-
-    Both reads run under the shared visibility predicate (on the documents and on their chunks),
-    and the connection is returned to the pool before any frame is built.
-    """
+async def _spreadsheets(conn: Any, scope: Scope, max_documents: int) -> list[dict[str, Any]]:
+    """The newest ``max_documents`` spreadsheets the caller may see in ``scope`` (id, name, meta)."""
     params: dict[str, Any] = {"mimes": list(SPREADSHEET_MIMES), "n": max_documents}
     where = visibility(
         "d",
@@ -106,12 +111,25 @@ async def load_stored_frames(sql: AsyncEngine, scope: Scope, *, max_documents: i
         document_ids=scope.document_ids,
         document_column="id",
     )
-    doc_sql = (
+    query = (
         "SELECT d.id, d.name, d.meta FROM ce_documents d WHERE d.mime = ANY(CAST(:mimes AS text[])) "
         f"AND d.status = 'completed' AND {where} ORDER BY d.updated_at DESC, d.id LIMIT :n"
     )
+    return [dict(r) for r in (await conn.execute(sql_text(query), params)).mappings()]
+
+
+def _sheet_names(meta: dict[str, Any]) -> list[str]:
+    return [s["name"] for s in meta.get("sheets", []) if isinstance(s, dict) and "name" in s]
+
+
+async def load_stored_frames(sql: AsyncEngine, scope: Scope, *, max_documents: int) -> StoredFrames:
+    """The newest ``max_documents`` spreadsheets the caller may see in ``scope``, as frames.
+
+    Both reads run under the shared visibility predicate (on the documents and on their chunks),
+    and the connection is returned to the pool before any frame is built.
+    """
     async with sql.connect() as conn:
-        docs = [dict(r) for r in (await conn.execute(sql_text(doc_sql), params)).mappings()]
+        docs = await _spreadsheets(conn, scope, max_documents)
         chunks: list[dict[str, Any]] = []
         if docs:
             cparams: dict[str, Any] = {"ids": [str(d["id"]) for d in docs]}
@@ -137,9 +155,45 @@ async def load_stored_frames(sql: AsyncEngine, scope: Scope, *, max_documents: i
     return StoredFrames(frames=frames, sheets=ordered, document_ids=[str(d["id"]) for d in docs])
 
 
+async def compute_suggestion(
+    sql: AsyncEngine, scope: Scope, *, max_documents: int = 20, redactor: Redactor | None = None
+) -> dict[str, str | None]:
+    """Vocabulary for a redirect to compute: the newest sheet's ``frame_key`` (as compute would key
+    it over this scope), its first numeric column (``measure``) and first text column (``group_by``).
+
+    Plain data, never code; any of the three is None when there is nothing to name. Reads document
+    metadata and one schema chunk, not the rows. Names are masked by ``redactor`` as compute masks them.
+    """
+    async with sql.connect() as conn:
+        docs = await _spreadsheets(conn, scope, max_documents)
+        if not docs:
+            return {"frame_key": None, "measure": None, "group_by": None}
+        newest = docs[0]
+        sheets = _sheet_names(newest.get("meta") or {})
+        described: list[dict[str, Any]] = []
+        if sheets:
+            params: dict[str, Any] = {"id": str(newest["id"]), "sheet": sheets[0]}
+            where = Scope(scope.principals).predicate("c", params)
+            meta = await conn.scalar(
+                sql_text(
+                    "SELECT c.meta FROM ce_chunks c WHERE c.document_id = CAST(:id AS uuid) AND c.kind = 'schema' "
+                    f"AND c.section = :sheet AND c.valid_to IS NULL AND {where} ORDER BY c.position LIMIT 1"
+                ),
+                params,
+            )
+            described = [c for c in (meta or {}).get("columns", []) if isinstance(c, dict)]
+    refs = [SheetRef(str(d["id"]), d["name"], sheet) for d in docs for sheet in _sheet_names(d.get("meta") or {})]
+    keyed = {(r.document_id, r.sheet): r.key for r in assign_keys(refs)}
+    key = keyed.get((str(newest["id"]), sheets[0])) if sheets else None
+    measure = next((c["name"] for c in described if c.get("type") in ("integer", "number")), None)
+    group_by = next((c["name"] for c in described if c.get("type") == "text"), None)
+    out = {"frame_key": key, "measure": measure, "group_by": group_by}
+    return {k: redactor.text(v) if redactor is not None else v for k, v in out.items()}
+
+
 def document_frames(meta: dict[str, Any], chunks: Iterable[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     """Every sheet of one stored document (header-only sheets included), in the workbook's order."""
-    sheets = [s["name"] for s in meta.get("sheets", []) if isinstance(s, dict) and "name" in s]
+    sheets = _sheet_names(meta)
     columns = {s["name"]: list(s.get("columns") or []) for s in meta.get("sheets", []) if isinstance(s, dict)}
     types: dict[str, dict[str, str]] = {}
     rows: dict[str, list[str]] = {}
