@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import openpyxl
@@ -16,7 +18,15 @@ from context_engine.compute import assign_keys, compute_suggestion, load_stored_
 from context_engine.compute.frames import SheetRef, mask_frames
 from context_engine.redaction import RedactionPolicy, RedactionRule
 from context_engine.redaction.apply import Redactor
-from context_engine.retrieval.legs import Scope
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A caller and what they narrowed to: the three attributes the compute reads take."""
+
+    principals: tuple[str, ...] | None
+    source_ids: Sequence[str] | None = None
+    document_ids: Sequence[str] | None = None
 
 
 # ------------------------------------------------------------------------------------ the key rule

@@ -32,15 +32,18 @@ import threading
 import time
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from sqlalchemy.ext.asyncio import create_async_engine
+
 from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.compute import ComputeConfig, load_stored_frames
 from context_engine.embeddings.base import Embedder, InputKind
-from context_engine.retrieval.legs import Scope
 from context_engine.storage import embedded
+from context_engine.storage.database import to_driver_url
 from tests.fakes import FakeHTTPServer
 
 DIM = 384
@@ -116,7 +119,12 @@ async def run(rows: int, database_url: str) -> None:
             chunks = report.totals["chunks"]
 
             started = time.perf_counter()
-            stored = await load_stored_frames(await engine._ready(), Scope(None), max_documents=20)
+            trusted = SimpleNamespace(principals=None, source_ids=None, document_ids=None)
+            pool = create_async_engine(to_driver_url(database_url))
+            try:
+                stored = await load_stored_frames(pool, trusted, max_documents=20)
+            finally:
+                await pool.dispose()
             load_s = time.perf_counter() - started
             assert len(stored.frames["sales"]) == rows
 

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from context_engine.compute import codegen
 from context_engine.compute.checker import check_code
 from context_engine.compute.errors import ComputeDisabled, NoFrames, UnsafeCode
-from context_engine.compute.frames import load_stored_frames, mask_frames, require_pandas
+from context_engine.compute.frames import CallerScope, load_stored_frames, mask_frames, require_pandas
 from context_engine.compute.settings import ComputeConfig
 from context_engine.compute.worker import WorkerOutcome, run_in_worker
 from context_engine.config import ContextEngineConfig
@@ -31,7 +31,6 @@ from context_engine.hooks import ErrorEvent, Hooks, UsageEvent
 from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.structured import LLMNotConfigured, structured_call
 from context_engine.redaction.apply import Redactor
-from context_engine.retrieval.legs import Scope
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -154,7 +153,7 @@ async def compute(
     sql: AsyncEngine,
     question: str,
     *,
-    scope: Scope,
+    scope: CallerScope,
     config: ContextEngineConfig,
     settings: ComputeConfig | None = None,
     code_runner: CodeRunner | None = None,

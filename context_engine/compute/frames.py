@@ -24,14 +24,13 @@ import io
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.errors import ConfigError
 from context_engine.redaction.apply import Redactor
-from context_engine.retrieval.legs import Scope
 from context_engine.storage.predicates import visibility
 
 if TYPE_CHECKING:
@@ -45,6 +44,30 @@ SPREADSHEET_MIMES = (
 )
 _TRUE = frozenset({"true", "yes"})
 _FALSE = frozenset({"false", "no"})
+
+
+class CallerScope(Protocol):
+    """Who reads and what they narrowed to: the engine's read scope has these three attributes.
+
+    ``principals=None`` is a trusted caller. Every read here turns them into the shared
+    visibility predicate, on the documents and on their chunks.
+    """
+
+    principals: tuple[str, ...] | None
+    source_ids: Sequence[str] | None
+    document_ids: Sequence[str] | None
+
+
+def document_visibility(alias: str, params: dict[str, Any], scope: CallerScope) -> str:
+    """The visibility predicate on ``ce_documents`` rows (their key column is ``id``)."""
+    return visibility(
+        alias,
+        params,
+        principals=scope.principals,
+        source_ids=scope.source_ids,
+        document_ids=scope.document_ids,
+        document_column="id",
+    )
 
 
 @dataclass
@@ -100,17 +123,10 @@ def assign_keys(sheets: Sequence[SheetRef]) -> list[SheetRef]:
     return ordered
 
 
-async def _spreadsheets(conn: Any, scope: Scope, max_documents: int) -> list[dict[str, Any]]:
+async def _spreadsheets(conn: Any, scope: CallerScope, max_documents: int) -> list[dict[str, Any]]:
     """The newest ``max_documents`` spreadsheets the caller may see in ``scope`` (id, name, meta)."""
     params: dict[str, Any] = {"mimes": list(SPREADSHEET_MIMES), "n": max_documents}
-    where = visibility(
-        "d",
-        params,
-        principals=scope.principals,
-        source_ids=scope.source_ids,
-        document_ids=scope.document_ids,
-        document_column="id",
-    )
+    where = document_visibility("d", params, scope)
     query = (
         "SELECT d.id, d.name, d.meta FROM ce_documents d WHERE d.mime = ANY(CAST(:mimes AS text[])) "
         f"AND d.status = 'completed' AND {where} ORDER BY d.updated_at DESC, d.id LIMIT :n"
@@ -122,7 +138,7 @@ def _sheet_names(meta: dict[str, Any]) -> list[str]:
     return [s["name"] for s in meta.get("sheets", []) if isinstance(s, dict) and "name" in s]
 
 
-async def load_stored_frames(sql: AsyncEngine, scope: Scope, *, max_documents: int) -> StoredFrames:
+async def load_stored_frames(sql: AsyncEngine, scope: CallerScope, *, max_documents: int) -> StoredFrames:
     """The newest ``max_documents`` spreadsheets the caller may see in ``scope``, as frames.
 
     Both reads run under the shared visibility predicate (on the documents and on their chunks),
@@ -133,7 +149,7 @@ async def load_stored_frames(sql: AsyncEngine, scope: Scope, *, max_documents: i
         chunks: list[dict[str, Any]] = []
         if docs:
             cparams: dict[str, Any] = {"ids": [str(d["id"]) for d in docs]}
-            cwhere = Scope(scope.principals).predicate("c", cparams)
+            cwhere = visibility("c", cparams, principals=scope.principals)
             chunk_sql = (
                 "SELECT c.document_id, c.section, c.kind, c.meta, c.text FROM ce_chunks c "
                 "WHERE c.document_id = ANY(CAST(:ids AS uuid[])) AND c.valid_to IS NULL "
@@ -156,7 +172,7 @@ async def load_stored_frames(sql: AsyncEngine, scope: Scope, *, max_documents: i
 
 
 async def compute_suggestion(
-    sql: AsyncEngine, scope: Scope, *, max_documents: int = 20, redactor: Redactor | None = None
+    sql: AsyncEngine, scope: CallerScope, *, max_documents: int = 20, redactor: Redactor | None = None
 ) -> dict[str, str | None]:
     """Vocabulary for a redirect to compute: the newest sheet's ``frame_key`` (as compute would key
     it over this scope), its first numeric column (``measure``) and first text column (``group_by``).
@@ -173,7 +189,7 @@ async def compute_suggestion(
         described: list[dict[str, Any]] = []
         if sheets:
             params: dict[str, Any] = {"id": str(newest["id"]), "sheet": sheets[0]}
-            where = Scope(scope.principals).predicate("c", params)
+            where = visibility("c", params, principals=scope.principals)
             meta = await conn.scalar(
                 sql_text(
                     "SELECT c.meta FROM ce_chunks c WHERE c.document_id = CAST(:id AS uuid) AND c.kind = 'schema' "

@@ -8,19 +8,7 @@ from typing import Any
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.retrieval.legs import Scope
-from context_engine.storage.predicates import visibility
-
-
-def _where(scope: Scope, params: dict[str, Any]) -> str:
-    return visibility(
-        "d",
-        params,
-        principals=scope.principals,
-        source_ids=scope.source_ids,
-        document_ids=scope.document_ids,
-        document_column="id",
-    )
+from context_engine.compute.frames import CallerScope, document_visibility
 
 
 async def save_fields(
@@ -79,26 +67,30 @@ async def stored_chunks(sql: AsyncEngine, document_id: str) -> tuple[int, list[s
         return int(version), list(texts)
 
 
-async def field_catalogue(sql: AsyncEngine, scope: Scope) -> list[dict[str, Any]]:
+async def field_catalogue(sql: AsyncEngine, scope: CallerScope) -> list[dict[str, Any]]:
     """Each extracted field name with its type and how many visible documents carry it."""
     params: dict[str, Any] = {}
+    where = document_visibility("d", params, scope)
     query = (
         "SELECT e.key AS name, e.value AS type, count(*) AS documents FROM ce_document_fields f "
         "JOIN ce_documents d ON d.id = f.document_id AND d.version = f.version "
-        f"CROSS JOIN LATERAL jsonb_each_text(f.field_types) e WHERE {_where(scope, params)} "
+        f"CROSS JOIN LATERAL jsonb_each_text(f.field_types) e WHERE {where} "
         "GROUP BY e.key, e.value ORDER BY count(*) DESC, e.key"
     )
     async with sql.connect() as conn:
         return [dict(r) for r in (await conn.execute(sql_text(query), params)).mappings()]
 
 
-async def documents_with_fields(sql: AsyncEngine, scope: Scope, names: list[str], limit: int) -> list[dict[str, Any]]:
+async def documents_with_fields(
+    sql: AsyncEngine, scope: CallerScope, names: list[str], limit: int
+) -> list[dict[str, Any]]:
     """Visible documents carrying any of ``names``, newest first, with their stored fields."""
     params: dict[str, Any] = {"names": names, "limit": limit}
+    where = document_visibility("d", params, scope)
     query = (
         "SELECT d.id, d.source_id, d.name, f.document_type, f.fields FROM ce_document_fields f "
         "JOIN ce_documents d ON d.id = f.document_id AND d.version = f.version "
-        f"WHERE jsonb_exists_any(f.fields, CAST(:names AS text[])) AND {_where(scope, params)} "
+        f"WHERE jsonb_exists_any(f.fields, CAST(:names AS text[])) AND {where} "
         "ORDER BY d.updated_at DESC, d.id LIMIT :limit"
     )
     async with sql.connect() as conn:
