@@ -96,12 +96,10 @@ async def run_in_worker(code: str, frames: dict[str, Any], settings: ComputeConf
                 error_kind="wall_limit",
                 wall_time=time.perf_counter() - started,
             )
-        except BaseException:
+        except BaseException:  # cancelled: the worker must not outlive the call
             _kill(process)
             await process.wait()
             raise
-        finally:
-            _kill(process)  # anything the code left running in its group goes with it
     wall = time.perf_counter() - started
     return _outcome(process.returncode, out, wall, settings)
 

@@ -31,6 +31,8 @@ HINT_TYPES = {"string": "string", "text": "string", "date": "string", "number": 
               "boolean": "boolean"}  # fmt: skip
 _FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]{0,63}$")
 MAX_FIELDS = 50
+#: longer keys a model invents are dropped rather than stored as field names
+MAX_NAME_CHARS = 64
 MAX_CHARS = 12_000
 _SCALAR = ["string", "number", "integer", "boolean", "null"]
 
@@ -118,7 +120,8 @@ async def extract_document_fields(
         enforce=hints is not None,
         http_client_factory=http_client_factory,
     )
-    fields: dict[str, Any] = dict(list(reply.value["fields"].items())[:MAX_FIELDS])
+    named = ((str(k).strip(), v) for k, v in reply.value["fields"].items())
+    fields: dict[str, Any] = dict([(k, v) for k, v in named if 0 < len(k) <= MAX_NAME_CHARS][:MAX_FIELDS])
     types = {name: _type_of(name, value, hints) for name, value in fields.items()}
     document_type = reply.value.get("document_type")
     stored = await save_fields(
