@@ -18,6 +18,7 @@ from context_engine.compute import assign_keys, compute_suggestion, load_stored_
 from context_engine.compute.frames import SheetRef, mask_frames
 from context_engine.redaction import RedactionPolicy, RedactionRule
 from context_engine.redaction.apply import Redactor
+from tests.conftest import make_config
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,26 @@ async def test_a_long_sheet_comes_back_row_for_row(engine: ContextEngine) -> Non
     assert notes[:3] == ['says "hi", twice', "Acme Inc. Ltd: north; east", "multi line"]
     assert notes == [sales_rows(600)[i][4].replace("\n", " ") for i in range(1, 601)]
     assert result.document_ids == [report.documents[0].document_id]
+
+
+@pytest.mark.parametrize("chunk_tokens", [64, 4096])
+async def test_split_and_packed_rows_units_both_come_back(database_url: str, chunk_tokens: int) -> None:
+    # 64 tokens splits every rows unit into pieces; 4096 packs whole units together into one chunk
+    rows = sales_rows(300)
+    async with ContextEngine(make_config(database_url, ingest={"chunk_tokens": chunk_tokens})) as eng:
+        await eng.ingest(file=csv_bytes(rows), name="sales.csv", source_id="fin")
+        frame = (await stored(eng, principals=None)).frames["sales"]
+    assert frame["id"].tolist() == list(range(1, 301))
+    assert frame["note"].tolist() == [r[4].replace("\n", " ") for r in rows[1:]]
+
+
+async def test_a_column_that_fills_in_late_is_kept_from_its_first_value(engine: ContextEngine) -> None:
+    rows = [["id", "amount", ""]] + [[i, i, ""] for i in range(1, 151)] + [[151, 151, "late"], [152, 152, ""]]
+    await engine.ingest(file=csv_bytes(rows), name="late.csv", source_id="fin")
+    frame = (await stored(engine, principals=None)).frames["late"]
+    assert list(frame.columns) == ["id", "amount", "column_3"] and len(frame) == 152
+    assert frame["amount"].sum() == sum(range(1, 153))
+    assert frame["column_3"].tolist()[149:] == [None, "late", None] and frame["column_3"].count() == 1
 
 
 async def test_workbooks_and_csvs_get_reference_keys_and_header_only_sheets(engine: ContextEngine) -> None:

@@ -6,8 +6,9 @@ on the path): only the standard library, numpy and pandas. It reads one request 
 JSON header line, then the frames pickled by the host (trusted bytes the host produced) — and
 writes one JSON reply to a duplicate of stdout that the generated code has no name for.
 
-Order matters: the kernel limits that need no imports (no core files, no file writes, no new
-processes) go on before anything else; the address-space limit goes on once pandas is loaded, as
+Order matters: the kernel limits that need no imports (no core files, no file writes) go on
+before anything else, no new processes or threads once numpy and pandas are loaded (a numeric
+library may start a thread while loading), the address-space limit once pandas is loaded, as
 the code's budget on top of what the interpreter and pandas already mapped; the CPU limit and a
 small open-descriptor ceiling go on just before the code runs. Nothing the code does can raise
 them again.
@@ -161,7 +162,6 @@ def builtins_for(output):
 def main():
     limit(resource.RLIMIT_CORE, 0)
     limit(resource.RLIMIT_FSIZE, 0)
-    limit(resource.RLIMIT_NPROC, 0)
     channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
@@ -170,6 +170,9 @@ def main():
 
     import numpy as np
     import pandas as pd
+
+    # after the imports (a numeric library may start a thread while loading), before any input
+    limit(resource.RLIMIT_NPROC, 0)
 
     header = json.loads(sys.stdin.buffer.readline())
     frames = Frames(pickle.loads(sys.stdin.buffer.read()))
