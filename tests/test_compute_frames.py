@@ -12,10 +12,13 @@ from typing import Any
 import openpyxl
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from context_engine import ContextEngine
 from context_engine.compute import assign_keys, compute_suggestion, load_stored_frames
-from context_engine.compute.frames import SheetRef, mask_frames
+from context_engine.compute.frames import SheetRef, document_frames, mask_frames
+from context_engine.ingest.pipeline import chunk_stream
 from context_engine.redaction import RedactionPolicy, RedactionRule
 from context_engine.redaction.apply import Redactor
 from tests.conftest import make_config
@@ -159,6 +162,39 @@ async def test_the_compute_suggestion_names_the_newest_sheet_as_compute_keys_it(
     assert newest == {"frame_key": "costs.csv", "measure": "id", "group_by": "region"}
     only_book = await compute_suggestion(sql, Scope(("staff",)))
     assert only_book == {"frame_key": "Q1", "measure": "qty", "group_by": "item"}
+
+
+# cells as ingest keeps them: words with punctuation, quotes and commas, single spaces, no line breaks
+WORD = st.text(alphabet="abcXYZ019.,;:!?\"'-", min_size=1, max_size=8)
+CELL = st.lists(WORD, min_size=1, max_size=4).map(lambda words: "x" + " ".join(words))
+
+
+def estimate_tokens(text: str) -> int:
+    """A byte-based token estimate (no model): budgets of 24 and 256 split and pack rows units."""
+    return max(1, len(text.encode("utf-8")) // 3 + 1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cells=st.lists(st.lists(CELL, min_size=2, max_size=2), min_size=1, max_size=150),
+    budget=st.sampled_from([24, 256]),
+)
+def test_any_sheet_survives_chunking_and_comes_back_cell_for_cell(cells: list[list[str]], budget: int) -> None:
+    # an id column first, as most sheets have: it tells where a row ending in ". " was glued to the next
+    rows = [[i, *pair] for i, pair in enumerate(cells, start=1)]
+    data = csv_bytes([["id", "first", "second"], *rows])
+    _mime, meta, chunks = chunk_stream(data, "t.csv", None, budget, estimate_tokens, None)
+    stored = [{"section": c.section, "kind": c.kind, "meta": c.meta, "text": c.text} for c in chunks]
+    frame = document_frames(meta, stored)["t"]
+    assert frame.values.tolist() == rows
+
+
+def test_a_glued_row_boundary_in_text_columns_is_cut_at_the_last_sentence_break() -> None:
+    rows = [["name", "note"], ["Acme", "Paid. Thanks."], ["Globex", "Open: call back."], ["Initech", "x"]]
+    _mime, meta, chunks = chunk_stream(csv_bytes(rows), "t.csv", None, 8, estimate_tokens, None)
+    stored = [{"section": c.section, "kind": c.kind, "meta": c.meta, "text": c.text} for c in chunks]
+    assert len(stored) > 2  # split into pieces: the row breaks after "Thanks." and "back." were dropped
+    assert document_frames(meta, stored)["t"].values.tolist() == rows[1:]
 
 
 def test_masking_covers_cells_headers_and_keys() -> None:

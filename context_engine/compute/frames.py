@@ -9,18 +9,22 @@ order they were read in.
 Frames come from the stored chunks, so compute needs no second upload. Ingest writes a sheet as
 a schema chunk (column names and types) and rows chunks of RFC 4180 CSV that each start with the
 header. The chunker may split a long rows unit into pieces (their line breaks become single
-spaces: ``\\r\\n`` is stored as ``\\r ``) or pack short units together (joined by a blank line).
-:func:`parse_sheet` undoes both: pieces that do not start with the header continue the unit
-before them, ``\\r `` is a record end again, and a blank line starts a new unit whose first record
-is its header (which may be wider, when a column first had values late in the sheet). What cannot
-be undone: a run of whitespace inside a quoted cell after ``.``/``!``/``?``/``;``/``:`` or a line
-break comes back as one space (or ``\\r\\n``).
+spaces: ``\\r\\n`` is stored as ``\\r ``, or as a bare space after a row ending in ``.``, ``!``,
+``?``, ``;`` or ``:``) or pack short units together (joined by a blank line). :func:`parse_sheet`
+undoes both: pieces that do not start with the header continue the unit before them, ``\\r `` is a
+record end again, a record too wide for the header is cut back into its rows (:func:`_unmerge`),
+and a blank line starts a new unit whose first record is its header (which may be wider, when a
+column first had values late in the sheet). What cannot be undone: a run of whitespace inside a
+cell after that punctuation, or a line break inside a cell, comes back as one space; where a
+glued field holds several punctuation-space boundaries the cut is a best guess (see _unmerge);
+and a header whose last name ends in that punctuation is not recognised when split.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +46,13 @@ SPREADSHEET_MIMES = (
     "text/tab-separated-values",
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
 )
+_GLUE = re.compile(r"(?<=[.!?;:]) ")
+_KIND_PATTERNS = {
+    "integer": re.compile(r"^[+-]?\d+$"),
+    "number": re.compile(r"^[+-]?(\d[\d,]*(\.\d*)?|\.\d+)([eE][+-]?\d+)?$"),
+    "boolean": re.compile(r"^(?i:true|false|yes|no)$"),
+    "date": re.compile(r"^\d"),
+}
 _TRUE = frozenset({"true", "yes"})
 _FALSE = frozenset({"false", "no"})
 
@@ -244,12 +255,50 @@ def parse_sheet(texts: Sequence[str], columns: Sequence[str], types: dict[str, s
                 if name not in data:
                     data[name] = [None] * count
             continue
-        for values in data.values():
-            values.append(None)
-        for name, value in zip(header, record, strict=False):
-            data[name][count] = value if value != "" else None
-        count += 1
+        for row in _unmerge(record, len(header), types.get(header[0], "text")):
+            for values in data.values():
+                values.append(None)
+            for name, value in zip(header, row, strict=False):
+                data[name][count] = value if value != "" else None
+            count += 1
     return pd.DataFrame({name: _typed(values, types.get(name, "text")) for name, values in data.items()})
+
+
+def _unmerge(record: list[str], width: int, first_kind: str) -> list[list[str]]:
+    """``record`` as the rows it holds: one, or several whose line breaks the chunker dropped.
+
+    The chunker splits after ``.``/``!``/``?``/``;``/``:`` followed by whitespace, and a row that ends
+    in one of them loses its line break with that whitespace: the next row's first field is glued
+    to its last one by a space. Such a record has ``n * (width - 1) + 1`` fields for ``n`` rows, and
+    each glued field is cut at a punctuation-space boundary; where there are several, those
+    leaving a first field of the first column's type win, then the last (a free-text last column
+    is likelier to hold a sentence break than a first column).
+    """
+    if width < 2 or len(record) <= width or (len(record) - 1) % (width - 1):
+        return [record]
+    n = (len(record) - 1) // (width - 1)
+    rows: list[list[str]] = []
+    row = list(record[: width - 1])
+    for k in range(1, n):
+        glued = record[k * (width - 1)]
+        cut = _boundary(glued, first_kind)
+        if cut is None:
+            return [record]
+        row.append(glued[:cut])
+        rows.append(row)
+        row = [glued[cut + 1 :], *record[k * (width - 1) + 1 : (k + 1) * (width - 1)]]
+    row.append(record[n * (width - 1)])
+    rows.append(row)
+    return rows
+
+
+def _boundary(glued: str, first_kind: str) -> int | None:
+    """Where the lost line break was in ``glued`` (the index of the joining space), or None."""
+    cuts = [m.start() for m in _GLUE.finditer(glued)]
+    typed = _KIND_PATTERNS.get(first_kind)
+    if typed is not None:
+        cuts = [c for c in cuts if typed.match(glued[c + 1 :])] or cuts
+    return cuts[-1] if cuts else None
 
 
 def _rejoin(texts: Sequence[str], columns: set[str]) -> str:
