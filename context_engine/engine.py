@@ -628,6 +628,127 @@ class ContextEngine:
             raise InvalidRequest("limit must be an integer between 1 and 1000")
         return await audit.recent(await self._ready(), limit=limit, tool_id=tool_id)
 
+    # ------------------------------------------------------------------ model-driven actions
+    async def compute(
+        self,
+        question: str,
+        *,
+        principals: Iterable[str] | object | None = None,
+        source_ids: Sequence[str] | None = None,
+        document_ids: Sequence[str] | None = None,
+        settings: Any = None,
+        code_runner: Any = None,
+        runner: Any = None,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
+    ) -> dict[str, Any]:
+        """A figure over every row of the spreadsheets in scope: see :mod:`context_engine.compute`."""
+        from context_engine.compute import compute
+
+        caller = resolve(principals)  # type: ignore[arg-type]
+        return await compute(
+            await self._ready(),
+            question,
+            scope=ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids)),
+            config=self.config,
+            settings=settings,
+            code_runner=code_runner,
+            runner=runner,
+            redactor=self._redactor(caller, redaction, redaction_secret_key),
+            hooks=self.hooks,
+            http_client_factory=self.services.http_client_factory,
+        )
+
+    async def compute_over_frames(
+        self,
+        frames: dict[str, Any],
+        question: str,
+        *,
+        settings: Any = None,
+        code_runner: Any = None,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
+    ) -> dict[str, Any]:
+        """``compute`` over dataframes the host already holds (no document involved)."""
+        from context_engine.compute import compute_over_frames
+
+        return await compute_over_frames(
+            frames,
+            question,
+            config=self.config,
+            settings=settings,
+            code_runner=code_runner,
+            redactor=self._redactor(None, redaction, redaction_secret_key),
+            hooks=self.hooks,
+            http_client_factory=self.services.http_client_factory,
+        )
+
+    async def map_reduce(
+        self,
+        instruction: str,
+        *,
+        principals: Iterable[str] | object | None = None,
+        source_ids: Sequence[str] | None = None,
+        document_ids: Sequence[str] | None = None,
+        limit: int | None = None,
+        runner: Any = None,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
+    ) -> dict[str, Any]:
+        """The same question asked of each document in scope: see :mod:`context_engine.mapreduce`."""
+        from context_engine.mapreduce import map_reduce
+
+        caller = resolve(principals)  # type: ignore[arg-type]
+        return await map_reduce(
+            await self._ready(),
+            instruction,
+            scope=ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids)),
+            llm=self.config.llm,
+            limit=limit,
+            runner=runner,
+            redactor=self._redactor(caller, redaction, redaction_secret_key),
+            hooks=self.hooks,
+            http_client_factory=self.services.http_client_factory,
+        )
+
+    async def query_meta(
+        self,
+        question: str,
+        *,
+        principals: Iterable[str] | object | None = None,
+        source_ids: Sequence[str] | None = None,
+        document_ids: Sequence[str] | None = None,
+        limit: int = 50,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
+    ) -> dict[str, Any]:
+        """The extracted fields a question names, per document: see :mod:`context_engine.extraction`."""
+        from context_engine.extraction import query_meta
+
+        caller = resolve(principals)  # type: ignore[arg-type]
+        return await query_meta(
+            await self._ready(),
+            question,
+            scope=ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids)),
+            llm=self.config.llm,
+            limit=limit,
+            redactor=self._redactor(caller, redaction, redaction_secret_key),
+            http_client_factory=self.services.http_client_factory,
+        )
+
+    async def extract_fields(self, document_id: str, *, field_hints: dict[str, str] | None = None) -> dict[str, Any]:
+        """Structured extraction for one stored document (the step ingest runs when it is enabled)."""
+        from context_engine.extraction import extract_stored_document
+
+        return await extract_stored_document(
+            await self._ready(),
+            _check_uuid(document_id),
+            llm=self.config.llm,
+            field_hints=field_hints,
+            redactor=self._redactor(None, None, None),
+            http_client_factory=self.services.http_client_factory,
+        )
+
 
 # ---------------------------------------------------------------------- helpers
 def _totals(reports: list[DocumentReport]) -> IngestReport:

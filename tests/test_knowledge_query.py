@@ -305,8 +305,8 @@ async def test_a_failed_expansion_searches_the_question_alone(
     server.route("POST", "/v1/chat/completions", chat(sub_queries=malformed))
     async with engine_for(corpus, embedder, llm=llm_settings(server)) as eng:
         result = await ask(eng, COMPOUND_Q, rerank=False)
-    assert len(server.requests) == 2  # the one re-ask, then give up
-    assert result.trace.queries == [COMPOUND_Q] and result.trace.tokens_used == 100 and result.matches
+    assert len(server.requests) == 1  # an enforced schema broken is not re-asked
+    assert result.trace.queries == [COMPOUND_Q] and result.trace.tokens_used == 50 and result.matches
 
 
 # ---------------------------------------------------------------------------------- the rerank guards
@@ -367,7 +367,7 @@ async def test_a_judge_answering_malformed_json_is_discarded(
 ) -> None:
     result = await rerank_with(corpus, embedder, server, chat(relevance=malformed))
     assert (result.trace.rerank_applied, result.trace.rerank_reason) == (False, "error")
-    assert len(server.requests) == 2 and result.trace.tokens_used == 100
+    assert len(server.requests) == 1 and result.trace.tokens_used == 50  # enforced: not re-asked
     assert result.matches and all(m.rerank_score is None for m in result.matches)
 
 

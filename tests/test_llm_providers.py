@@ -152,32 +152,44 @@ async def test_an_invalid_schema_error_is_not_worked_around(server: FakeHTTPServ
     assert refused.value.code == "provider_rejected" and len(server.requests) == 1
 
 
-async def test_an_invalid_reply_is_re_asked_once_with_the_error(server: FakeHTTPServer) -> None:
-    server.route("POST", "/v1/chat/completions", sequence(answer("not json at all", 30), answer(GOOD, 40)))
+def prompt_only(*replies: Any) -> Any:
+    """An endpoint that refuses the json_schema parameter, then answers ``replies`` in turn."""
+    answers = sequence(*replies)
+
+    def handler(body: Any, headers: dict[str, str], target: Any) -> Any:
+        if body["response_format"]["type"] == "json_schema":
+            return 400, {}, {"error": {"message": "response_format json_schema is not supported"}}
+        return answers(body, headers, target)
+
+    return handler
+
+
+async def test_an_invalid_reply_on_the_prompt_path_is_re_asked_once_with_the_error(server: FakeHTTPServer) -> None:
+    server.route("POST", "/v1/chat/completions", prompt_only(answer("not json at all", 30), answer(GOOD, 40)))
     result = await call(custom(server))
-    assert (result.value, result.attempts, result.tokens) == ({"queries": ["a", "b"]}, 2, 70)
-    retry = server.requests[1].json()["messages"]
+    assert (result.value, result.mode, result.attempts, result.tokens) == ({"queries": ["a", "b"]}, "prompt", 2, 70)
+    retry = server.requests[2].json()["messages"]
     assert retry[2] == {"role": "assistant", "content": "not json at all"}
     assert "not valid JSON" in retry[3]["content"]
 
 
 async def test_a_reply_breaking_the_schema_is_re_asked_naming_the_field(server: FakeHTTPServer) -> None:
     bad = json.dumps({"queries": "one string"})
-    server.route("POST", "/v1/chat/completions", sequence(answer(bad), answer(GOOD)))
+    server.route("POST", "/v1/chat/completions", prompt_only(answer(bad), answer(GOOD)))
     result = await call(custom(server))
     assert result.attempts == 2
-    assert "$.queries: expected array, got string" in last_user(server.requests[1].json())
+    assert "$.queries: expected array, got string" in last_user(server.requests[2].json())
 
 
 async def test_a_second_invalid_reply_is_an_error_never_a_guess(server: FakeHTTPServer) -> None:
     raw = json.dumps({"queries": ["ok"], "extra": "SURPRISE-FIELD"})
-    server.route("POST", "/v1/chat/completions", answer(raw, 25))
+    server.route("POST", "/v1/chat/completions", prompt_only(answer(raw, 25)))
     with pytest.raises(StructuredCallError) as failed:
         await call(custom(server))
     err = failed.value
-    assert (err.attempts, err.tokens, err.mode, err.raw, err.status) == (2, 50, "native", raw, 502)
+    assert (err.attempts, err.tokens, err.mode, err.raw, err.status) == (2, 50, "prompt", raw, 502)
     assert "unexpected property 'extra'" in str(err) and "SURPRISE-FIELD" not in str(err)
-    assert len(server.requests) == 2
+    assert len(server.requests) == 3  # the refused json_schema request, then two prompt-path attempts
 
 
 async def test_a_schema_outside_the_portable_subset_fails_before_any_request(server: FakeHTTPServer) -> None:

@@ -118,12 +118,14 @@ async def test_the_llm_judge_ignores_invented_and_repeated_indices(server: FakeH
     assert (await judge.rerank("q", PASSAGES)).scores == [None, 0.8, None]
 
 
-async def test_a_malformed_judge_reply_is_re_asked_once_then_an_error(server: FakeHTTPServer) -> None:
+async def test_a_malformed_judge_reply_under_an_enforced_schema_is_an_error_not_re_asked(
+    server: FakeHTTPServer,
+) -> None:
     server.route("POST", "/v1/chat/completions", chat(relevance=malformed))
     judge = LLMJudgeReranker(build_llm(llm_config(server)))
     with pytest.raises(StructuredCallError) as failed:
         await judge.rerank("q", PASSAGES)
-    assert failed.value.attempts == 2 and len(server.requests) == 2
+    assert failed.value.mode == "native" and failed.value.attempts == 1 and len(server.requests) == 1
 
 
 def test_which_judge_is_built() -> None:

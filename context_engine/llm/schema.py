@@ -14,6 +14,11 @@ The subset: objects, arrays, strings, numbers, integers, booleans, nulls, ``enum
 Why a local validator rather than the ``jsonschema`` package: the subset is small, and the engine
 should not take a dependency for it; replies are always validated here, even in the modes where
 the provider says it enforced the schema.
+
+A shape the subset cannot describe (an object whose keys come from the document) is sent with
+``enforce=False``: :func:`lint_unenforced` checks only that the schema stays inside the keywords
+the validator implements and fills nothing in, so ``required`` and ``additionalProperties`` mean
+what the caller wrote (absent ``additionalProperties`` allows extra keys, as in JSON Schema).
 """
 
 from __future__ import annotations
@@ -51,6 +56,59 @@ def strict_portable(schema: dict[str, Any]) -> dict[str, Any]:
     if defs:
         out["$defs"] = defs
     return out
+
+
+def lint_unenforced(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` checked against the validator's vocabulary only (nothing filled in).
+
+    Why still checked: a keyword the validator does not implement (``format``, ``pattern``...) would
+    be silently ignored, and the caller would trust a check that never ran.
+    """
+    if not isinstance(schema, dict):
+        raise SchemaError("a schema must be a JSON object")
+    out = copy.deepcopy(schema)
+    defs = out.get("$defs", {})
+    if not isinstance(defs, dict):
+        raise SchemaError("$defs must be an object")
+    for name, sub in defs.items():
+        _lint(sub, f"$defs/{name}", defs)
+    _lint({k: v for k, v in out.items() if k != "$defs"}, "#", defs)
+    return out
+
+
+def _lint(node: Any, where: str, defs: dict[str, Any]) -> None:
+    if not isinstance(node, dict):
+        raise SchemaError(f"{where}: a schema must be a JSON object")
+    unknown = set(node) - _ALLOWED
+    if unknown:
+        raise SchemaError(f"{where}: {sorted(unknown)[0]!r} is not a keyword the reply validator implements")
+    if "$ref" in node:
+        ref = node["$ref"]
+        if not isinstance(ref, str) or not ref.startswith("#/$defs/") or ref[8:] not in defs:
+            raise SchemaError(f"{where}: $ref must point into the root $defs")
+        return
+    if "type" in node:
+        types = node["type"]
+        names = [types] if isinstance(types, str) else types
+        if not isinstance(names, list) or not names or not all(isinstance(t, str) and t in _TYPES for t in names):
+            raise SchemaError(f"{where}: 'type' must name one or more of {sorted(_TYPES)}")
+    if "enum" in node and (not isinstance(node["enum"], list) or not node["enum"]):
+        raise SchemaError(f"{where}: 'enum' must be a non-empty list")
+    props = node.get("properties", {})
+    if not isinstance(props, dict):
+        raise SchemaError(f"{where}: 'properties' must be an object")
+    required = node.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
+        raise SchemaError(f"{where}: 'required' must be a list of property names")
+    for key, sub in props.items():
+        _lint(sub, f"{where}/{key}", defs)
+    extra = node.get("additionalProperties", True)
+    if isinstance(extra, dict):
+        _lint(extra, f"{where}/additionalProperties", defs)
+    elif not isinstance(extra, bool):
+        raise SchemaError(f"{where}: 'additionalProperties' must be a boolean or a schema")
+    if "items" in node:
+        _lint(node["items"], f"{where}/items", defs)
 
 
 def _normalise(node: Any, where: str, defs: dict[str, Any], refs: tuple[str, ...]) -> None:
@@ -94,7 +152,7 @@ def _normalise(node: Any, where: str, defs: dict[str, Any], refs: tuple[str, ...
 
 
 def validate(value: Any, schema: dict[str, Any]) -> list[str]:
-    """Where ``value`` breaks ``schema`` (a normalised portable schema); empty when it conforms."""
+    """Where ``value`` breaks ``schema`` (from :func:`strict_portable` or :func:`lint_unenforced`); empty if none."""
     errors: list[str] = []
     _check(value, schema, "$", schema.get("$defs", {}), errors)
     return errors[:_MAX_ERRORS]
@@ -124,8 +182,9 @@ def _check(value: Any, node: dict[str, Any], path: str, defs: dict[str, Any], er
     if "$ref" in node:
         _check(value, defs[node["$ref"][8:]], path, defs, errors)
         return
-    types = node["type"] if isinstance(node["type"], list) else [node["type"]]
-    if not any(_type_ok(value, t) for t in types):
+    declared = node.get("type")
+    types = declared if isinstance(declared, list) else [declared] if declared is not None else []
+    if types and not any(_type_ok(value, t) for t in types):
         errors.append(f"{path}: expected {' or '.join(types)}, got {_json_type(value)}")
         return
     if "enum" in node and value not in node["enum"]:
@@ -136,9 +195,14 @@ def _check(value: Any, node: dict[str, Any], path: str, defs: dict[str, Any], er
         for key in node.get("required", []):
             if key not in value:
                 errors.append(f"{path}: missing required property {key!r}")
+        extra = node.get("additionalProperties", True)
         for key in value:
-            if key not in props:
+            if key in props:
+                continue
+            if extra is False:
                 errors.append(f"{path}: unexpected property {key!r}")
+            elif isinstance(extra, dict):
+                _check(value[key], extra, f"{path}.{key}", defs, errors)
         for key, sub in props.items():
             if key in value:
                 _check(value[key], sub, f"{path}.{key}", defs, errors)

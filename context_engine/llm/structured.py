@@ -2,10 +2,13 @@
 
 Why validate locally even when the provider says it enforced the schema: a ``custom`` endpoint may
 accept ``response_format`` and answer around it, and nothing downstream should ever act on a reply
-that was not checked against the exact schema that was sent. Why exactly one re-ask: a model that
-misread the format usually fixes it when shown its own answer and the validation error; a second
-failure means the model cannot do this reliably, and guessing at its intent would make the caller
-trust a value nobody checked. So the second failure is :class:`StructuredCallError`, never a guess.
+that was not checked against the exact schema that was sent.
+
+Why the one re-ask is only for ``mode="prompt"``: there the shape was only asked for in words, and a
+model that misread it usually fixes it when shown its own answer and the validation error. In
+``native`` and ``tool`` mode the provider enforced the schema, so a reply that still breaks it is a
+provider bug that asking again pays for twice without fixing. A failure that is not re-asked is
+:class:`StructuredCallError`, never a guess.
 """
 
 from __future__ import annotations
@@ -15,25 +18,30 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from context_engine.errors import ContextEngineError
-from context_engine.llm.base import LLMClient, Mode
-from context_engine.llm.schema import strict_portable, validate
+from context_engine.config import LLMConfig
+from context_engine.errors import ContextEngineError, ProviderError
+from context_engine.llm.base import HttpClientFactory, LLMClient, Mode
+from context_engine.llm.schema import lint_unenforced, strict_portable, validate
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+#: how the providers word a refusal the model made in the field reserved for it
+_REFUSED = "the model refused the request"
+
+_repairs = {"count": 0}
 
 
 @dataclass
 class StructuredResult:
     value: Any
     mode: Mode
-    #: 2 means the one re-ask was needed
+    #: 2 means the prompt path needed its one re-ask
     attempts: int
     #: summed over every attempt (a failed attempt is billed like a good one)
     tokens: int
 
 
 class StructuredCallError(ContextEngineError):
-    """The model's reply failed validation twice (or could not be had at all).
+    """No valid reply: it broke the schema (twice on the prompt path) or could not be had at all.
 
     ``raw`` is the final reply, for a caller that wants its own tolerant reader; it is deliberately
     not part of the message, so logging the exception never logs model output.
@@ -47,7 +55,25 @@ class StructuredCallError(ContextEngineError):
         self.mode, self.attempts, self.tokens, self.raw = mode, attempts, tokens, raw
 
     def __repr__(self) -> str:
-        return f"StructuredCallError(mode={self.mode!r}, attempts={self.attempts}, tokens={self.tokens})"
+        return f"{type(self).__name__}(mode={self.mode!r}, attempts={self.attempts}, tokens={self.tokens})"
+
+
+class LLMNotConfigured(ContextEngineError):
+    """An action that needs a model was called on a deployment with no ``llm`` configured."""
+
+    code = "llm_not_configured"
+    status = 501
+
+
+class StructuredRefusal(StructuredCallError):
+    """The model declined, in the field its provider reserves for saying so (not a malformed reply)."""
+
+    code = "llm_refused"
+
+
+def structured_repair_count() -> int:
+    """Enforced-mode replies this process had to unwrap from a code fence; should stay at zero."""
+    return _repairs["count"]
 
 
 def parse_json(text: str) -> Any:
@@ -56,39 +82,79 @@ def parse_json(text: str) -> Any:
     return json.loads(fenced.group(1) if fenced else text)
 
 
+def prompt_instructions(schema: dict[str, Any]) -> str:
+    """How an unenforced schema is asked for in words."""
+    return (
+        "\n\nReply with a single JSON value and nothing else (no prose, no code fence). "
+        "It must validate against this JSON Schema:\n" + json.dumps(schema, separators=(",", ":"))
+    )
+
+
 async def structured_call(
-    llm: LLMClient,
+    llm: LLMConfig | LLMClient,
     *,
     system: str,
     user: str,
     schema: dict[str, Any],
     schema_name: str = "reply",
-    max_reasks: int = 1,
+    enforce: bool = True,
+    http_client_factory: HttpClientFactory | None = None,
 ) -> StructuredResult:
-    """One validated JSON value, or ``StructuredCallError`` after ``1 + max_reasks`` invalid replies.
+    """One validated JSON value, or ``StructuredCallError`` (``StructuredRefusal`` when the model refused).
 
-    Provider failures (``ProviderError``: unreachable, rejected, retries exhausted) propagate as
-    they are; they are not re-asked here because the provider already retried them.
+    ``llm`` is a config (a client is built for this call and closed after it) or a client the caller
+    keeps. ``enforce=True`` sends the schema normalised to the portable subset (``SchemaError``
+    before any request when it falls outside); ``enforce=False`` sends no schema, asks for JSON in
+    words and validates against the schema exactly as written (``mode="prompt"``). Provider
+    failures (unreachable, rejected, retries exhausted) propagate as ``ProviderError``: the provider
+    already retried them.
     """
-    portable = strict_portable(schema)
-    messages: list[dict[str, str]] = [{"role": "user", "content": user}]
-    tokens = 0
-    attempts = 1 + max(0, max_reasks)
-    for attempt in range(1, attempts + 1):
-        reply = await llm.complete(system=system, messages=messages, schema=portable, schema_name=schema_name)
-        tokens += reply.tokens
+    checked = strict_portable(schema) if enforce else lint_unenforced(schema)
+    if isinstance(llm, LLMConfig):
+        from context_engine.llm.factory import build_llm
+
+        client = build_llm(llm, http_client_factory)
         try:
-            value = parse_json(reply.text)
-            errors = validate(value, portable)
-        except ValueError as exc:
-            errors = [f"the reply is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})"]
+            return await _call(client, system, user, checked, schema_name, enforce)
+        finally:
+            await client.aclose()
+    return await _call(llm, system, user, checked, schema_name, enforce)
+
+
+async def _call(
+    llm: LLMClient, system: str, user: str, schema: dict[str, Any], name: str, enforce: bool
+) -> StructuredResult:
+    messages: list[dict[str, str]] = [{"role": "user", "content": user}]
+    sent_system = system if enforce else system + prompt_instructions(schema)
+    tokens = 0
+    attempt = 0
+    mode: Mode = "prompt"
+    while True:
+        attempt += 1
+        try:
+            reply = await llm.complete(
+                system=sent_system, messages=messages, schema=schema if enforce else None, schema_name=name
+            )
+        except ProviderError as exc:
+            if _REFUSED in exc.message:
+                raise StructuredRefusal(
+                    f"the model refused to answer the {name!r} request",
+                    mode=mode,
+                    attempts=attempt,
+                    tokens=tokens,
+                    raw="",
+                ) from None
+            raise
+        tokens += reply.tokens
+        mode = reply.mode if enforce else "prompt"
+        value, errors = _read(reply.text, schema, enforced=mode in ("native", "tool"))
         if not errors:
-            return StructuredResult(value, reply.mode, attempt, tokens)
-        if attempt == attempts:
+            return StructuredResult(value, mode, attempt, tokens)
+        if mode != "prompt" or attempt == 2:
             raise StructuredCallError(
-                f"the model's reply did not match the {schema_name!r} schema after {attempt} attempt(s): "
-                + "; ".join(errors),
-                mode=reply.mode,
+                f"the model's reply did not match the {name!r} schema after {attempt} attempt(s) "
+                f"(mode {mode}): " + "; ".join(errors),
+                mode=mode,
                 attempts=attempt,
                 tokens=tokens,
                 raw=reply.text,
@@ -100,7 +166,19 @@ async def structured_call(
                 "role": "user",
                 "content": "That reply was not valid: "
                 + "; ".join(errors)
-                + ". Reply again with only the JSON object, valid against the schema.",
+                + ". Reply again with only the JSON, valid against the schema.",
             },
         ]
-    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _read(text: str, schema: dict[str, Any], *, enforced: bool) -> tuple[Any, list[str]]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        try:
+            value = parse_json(text)
+        except ValueError as exc:
+            return None, [f"the reply is not valid JSON ({getattr(exc, 'msg', exc)})"]
+        if enforced:
+            _repairs["count"] += 1
+    return value, validate(value, schema)

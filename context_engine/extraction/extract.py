@@ -1,0 +1,187 @@
+"""Structured extraction: a model reads a stored document and returns its type and its fields.
+
+Opt-in, and run AFTER a document is stored (the engine's ingest calls
+:func:`extract_document_fields` with the id, version and chunk texts it just wrote), so a model
+failure never fails an ingest: the document is searchable either way, and the fields can be
+extracted again later with :func:`extract_stored_document`.
+
+With ``field_hints`` (``{"invoice_date": "date", "total": "number"}``) the schema is built from
+the hints and enforced by the provider, so the reply holds EXACTLY those keys, each the hinted
+scalar type or null. Without hints the model chooses the keys; that shape cannot be described in
+the portable subset, so it is sent unenforced and validated here (flat scalars only).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from context_engine.config import LLMConfig
+from context_engine.errors import InvalidRequest, NotFound
+from context_engine.extraction.store import save_fields, stored_chunks
+from context_engine.llm.base import HttpClientFactory
+from context_engine.llm.structured import LLMNotConfigured, structured_call
+from context_engine.redaction.apply import Redactor
+
+#: hint type -> the JSON type the model must answer with
+HINT_TYPES = {"string": "string", "text": "string", "date": "string", "number": "number", "integer": "integer",
+              "boolean": "boolean"}  # fmt: skip
+_FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]{0,63}$")
+MAX_FIELDS = 50
+#: longer keys a model invents are dropped rather than stored as field names
+MAX_NAME_CHARS = 64
+MAX_CHARS = 12_000
+_SCALAR = ["string", "number", "integer", "boolean", "null"]
+
+SYSTEM = (
+    "You read one document and extract its structured facts. Reply with JSON: document_type is a short "
+    "lower-case label for what the document is (invoice, contract, report...), and fields holds the "
+    "facts as flat key/value pairs with scalar values. Dates are ISO-8601 (YYYY-MM-DD); amounts are "
+    "numbers without currency symbols. Use null for a field the document does not state."
+)
+
+
+def hinted_schema(field_hints: dict[str, str]) -> dict[str, Any]:
+    """The enforced schema for ``field_hints``: exactly those keys, each its scalar type or null."""
+    properties: dict[str, Any] = {}
+    for name, kind in field_hints.items():
+        entry: dict[str, Any] = {"type": [HINT_TYPES[kind], "null"]}
+        if kind == "date":
+            entry["description"] = "ISO-8601 date, YYYY-MM-DD"
+        properties[name] = entry
+    return {
+        "type": "object",
+        "properties": {
+            "document_type": {"type": ["string", "null"]},
+            "fields": {"type": "object", "properties": properties},
+        },
+    }
+
+
+#: no hints: the model names the keys, so the schema is validated here rather than enforced
+OPEN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "document_type": {"type": ["string", "null"]},
+        "fields": {"type": "object", "additionalProperties": {"type": _SCALAR}},
+    },
+    "required": ["document_type", "fields"],
+    "additionalProperties": False,
+}
+
+
+def check_hints(field_hints: Any) -> dict[str, str] | None:
+    """``field_hints`` as given, or ``InvalidRequest`` naming the bad entry."""
+    if field_hints is None:
+        return None
+    if not isinstance(field_hints, dict) or not field_hints or len(field_hints) > MAX_FIELDS:
+        raise InvalidRequest(f"field_hints must be an object of 1 to {MAX_FIELDS} field names to types")
+    for name, kind in field_hints.items():
+        if not isinstance(name, str) or not _FIELD_NAME.match(name):
+            raise InvalidRequest(f"field name {name!r} must start with a letter and hold letters, digits, _ or spaces")
+        if kind not in HINT_TYPES:
+            raise InvalidRequest(f"field {name!r}: type must be one of {sorted(HINT_TYPES)}, got {kind!r}")
+    return dict(field_hints)
+
+
+async def extract_document_fields(
+    sql: AsyncEngine,
+    document_id: str,
+    version: int,
+    chunk_texts: Sequence[str],
+    *,
+    llm: LLMConfig | None,
+    field_hints: dict[str, str] | None = None,
+    redactor: Redactor | None = None,
+    http_client_factory: HttpClientFactory | None = None,
+) -> dict[str, Any]:
+    """Extract and store one document's fields; returns what was stored (``stored`` False if superseded).
+
+    The text the model reads is masked by ``redactor`` first (the engine passes its output policy
+    with no caller exemptions, since the text leaves the process). Raises ``LLMNotConfigured``,
+    ``InvalidRequest`` for bad hints, and ``StructuredCallError``/``ProviderError`` from the model.
+    """
+    if llm is None:
+        raise LLMNotConfigured("structured extraction needs an LLM: configure the llm section")
+    hints = check_hints(field_hints)
+    text = "\n\n".join(chunk_texts)[:MAX_CHARS]
+    if redactor is not None:
+        text = redactor.text(text) or ""
+    schema = hinted_schema(hints) if hints else OPEN_SCHEMA
+    reply = await structured_call(
+        llm,
+        system=SYSTEM,
+        user=f"Document:\n{text}",
+        schema=schema,
+        schema_name="document_fields",
+        enforce=hints is not None,
+        http_client_factory=http_client_factory,
+    )
+    named = ((str(k).strip(), v) for k, v in reply.value["fields"].items())
+    fields: dict[str, Any] = dict([(k, v) for k, v in named if 0 < len(k) <= MAX_NAME_CHARS][:MAX_FIELDS])
+    types = {name: _type_of(name, value, hints) for name, value in fields.items()}
+    document_type = reply.value.get("document_type")
+    stored = await save_fields(
+        sql,
+        document_id,
+        version,
+        document_type=document_type,
+        fields=fields,
+        field_types=types,
+        mode=reply.mode,
+        tokens=reply.tokens,
+    )
+    return {
+        "document_id": document_id,
+        "version": version,
+        "stored": stored,
+        "document_type": document_type,
+        "fields": fields,
+        "field_types": types,
+        "mode": reply.mode,
+        "attempts": reply.attempts,
+        "tokens": reply.tokens,
+    }
+
+
+async def extract_stored_document(
+    sql: AsyncEngine,
+    document_id: str,
+    *,
+    llm: LLMConfig | None,
+    field_hints: dict[str, str] | None = None,
+    redactor: Redactor | None = None,
+    http_client_factory: HttpClientFactory | None = None,
+) -> dict[str, Any]:
+    """:func:`extract_document_fields` for a document already stored (reads its current chunks)."""
+    if llm is None:
+        raise LLMNotConfigured("structured extraction needs an LLM: configure the llm section")
+    found = await stored_chunks(sql, document_id)
+    if found is None:
+        raise NotFound(f"document {document_id} not found")
+    version, texts = found
+    return await extract_document_fields(
+        sql,
+        document_id,
+        version,
+        texts,
+        llm=llm,
+        field_hints=field_hints,
+        redactor=redactor,
+        http_client_factory=http_client_factory,
+    )
+
+
+def _type_of(name: str, value: Any, hints: dict[str, str] | None) -> str:
+    if hints is not None:
+        return hints[name]
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string" if value is not None else "unknown"
