@@ -100,7 +100,7 @@ async def test_identical_content_is_skipped_and_changes_make_versions(engine: Co
     changed = (await engine.ingest(text=PUBLIC + " And Boxing Day.", name="holidays")).documents[0]
     assert changed.status == "completed" and changed.version == 2
     assert changed.revision is not None and first.revision is not None and changed.revision > first.revision
-    db = await engine._ready()
+    db = await engine.database()
     async with db.connect() as conn:
         versions = (
             await conn.execute(
@@ -134,7 +134,7 @@ async def test_every_write_advances_the_revision(engine: ContextEngine) -> None:
     assert deleted_at == start + 3 == await engine.revision()
     with pytest.raises(NotFound):
         await engine.get_document(doc.document_id, principals=TRUSTED)
-    db = await engine._ready()
+    db = await engine.database()
     async with db.connect() as conn:
         closed = await conn.scalar(
             text("SELECT valid_to FROM ce_document_versions WHERE document_id = CAST(:d AS uuid)"),

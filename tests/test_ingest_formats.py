@@ -18,7 +18,7 @@ from tests.filegen import docx_bytes, make_eml, make_pdf, write_zip_bomb
 
 
 async def _chunks(engine: ContextEngine, document_id: str) -> list[dict[str, Any]]:
-    db = await engine._ready()
+    db = await engine.database()
     async with db.connect() as conn:
         rows = await conn.execute(
             text(

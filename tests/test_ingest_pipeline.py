@@ -106,7 +106,7 @@ async def test_reingest_pays_only_for_the_changed_chunk(
     second = (await remote_engine.ingest(text=_sections(100, changed=37), name="handbook")).documents[0]
     assert second.status == "completed" and second.version == 2
     assert _inputs(fake_http_server) == [[second_text(37)]]
-    db = await remote_engine._ready()
+    db = await remote_engine.database()
     async with db.connect() as conn:
         missing = await conn.scalar(
             text(
@@ -161,7 +161,7 @@ async def test_racing_ingests_have_one_winner(database_url: str, fake_http_serve
         assert statuses == ["completed", "skipped"]
         loser = a.documents[0] if a.documents[0].status == "skipped" else b.documents[0]
         assert loser.skip_reason == "in_progress"
-        db = await engine._ready()
+        db = await engine.database()
         async with db.connect() as conn:
             docs = await conn.scalar(text("SELECT count(*) FROM ce_documents"))
             versions = await conn.scalar(text("SELECT count(*) FROM ce_document_versions"))
@@ -265,7 +265,7 @@ async def test_stored_text_is_the_chunks_joined_and_follows_each_version(engine:
     sections = "\n\n".join(f"# Part {i}\n\n" + f"Sentence {i} about part {i}. " * 60 for i in range(4))
     first = (await engine.ingest(text=sections, name="parts.md")).documents[0]
     assert first.chunks is not None and first.chunks > 2
-    sql = await engine._ready()
+    sql = await engine.database()
     async with sql.connect() as conn:
         texts = (
             await conn.execute(
@@ -287,7 +287,7 @@ async def test_stored_text_is_the_chunks_joined_and_follows_each_version(engine:
 
 
 async def _stored_chunks(engine: ContextEngine, document_id: str) -> list[tuple[int, str, str | None, bool]]:
-    sql = await engine._ready()
+    sql = await engine.database()
     async with sql.connect() as conn:
         rows = await conn.execute(
             text(

@@ -55,7 +55,7 @@ _EXPECTED_GROUPS = (
 
 async def _assert_stats_current(engine: ContextEngine) -> None:
     """The maintained tables equal a recount from the current chunks."""
-    sql = await engine._ready()
+    sql = await engine.database()
     async with sql.connect() as conn:
         kept = (await conn.execute(text("SELECT * FROM ce_bm25_terms ORDER BY 1, 2, 3"))).all()
         recount = (await conn.execute(text(_EXPECTED_TERMS))).all()
@@ -77,7 +77,7 @@ async def test_bm25_statistics_follow_ingest_replace_acl_change_and_delete(datab
         await _assert_stats_current(engine)
         await engine.delete_document(first.documents[0].document_id, principals=TRUSTED)
         await _assert_stats_current(engine)
-        sql = await engine._ready()
+        sql = await engine.database()
         async with sql.connect() as conn:
             # nothing of the deleted document is left behind, not even zero rows
             assert (await conn.scalar(text("SELECT count(*) FROM ce_bm25_terms WHERE acl = '{group:y}'"))) == 0
@@ -85,7 +85,7 @@ async def test_bm25_statistics_follow_ingest_replace_acl_change_and_delete(datab
 
 
 async def _bm25(engine: ContextEngine, query: str, principals: tuple[str, ...] | None) -> dict[str, float]:
-    sql = await engine._ready()
+    sql = await engine.database()
     found = await legs.fts_leg(
         sql,
         query,
@@ -150,7 +150,7 @@ async def test_migration_backfills_statistics_for_existing_chunks(database_url: 
     async with ContextEngine(make_config(database_url)) as engine:
         await engine.ingest(text="Cats chase mice.", name="a")
         await engine.ingest(text="Dogs chase cats.", name="b", acl=["group:x"])
-        sql = await engine._ready()
+        sql = await engine.database()
         async with sql.begin() as conn:  # as if the database predates revision 0002
             await conn.execute(text("DROP TABLE ce_bm25_terms, ce_bm25_groups"))
             await conn.execute(text("DELETE FROM ce_schema_migrations WHERE id = '0002_bm25'"))
@@ -176,7 +176,7 @@ async def test_chunk_rows_stay_whole_in_their_page(database_url: str) -> None:
     """The tsvector and vector of a typical chunk are stored inline, not in the TOAST table."""
     async with ContextEngine(make_config(database_url)) as engine:
         await engine.ingest(text="A chunk of ordinary length. " * 40, name="a")
-        sql = await engine._ready()
+        sql = await engine.database()
         async with sql.connect() as conn:
             options = await conn.scalar(text("SELECT reloptions FROM pg_class WHERE relname = 'ce_chunks'"))
             assert "toast_tuple_target=8160" in options
@@ -200,7 +200,7 @@ async def test_bounded_bm25_returns_exactly_what_scoring_every_candidate_returns
             body = " ".join(w for j, w in enumerate(words) for _ in range(1 + (i + j) % 3) if i % (j + 1) == 0)
             acl = ["group:x"] if i % 4 == 0 else []
             await engine.ingest(text=f"Note {i}: {body} filler words here.", name=f"n{i}", acl=acl)
-        sql = await engine._ready()
+        sql = await engine.database()
         async with sql.connect() as conn:
             rows = (
                 await conn.execute(
