@@ -89,7 +89,7 @@ async def test_default_policy_changes_nothing(engine: ContextEngine) -> None:
     assert doc.text is not None and EMAIL in doc.text and CARD in doc.text
     hits = (await engine.search("case officer", principals=TRUSTED)).hits
     assert any(EMAIL in h.chunk_text for h in hits)
-    red = engine._redactor(None, None, None)
+    red = engine.output_redactor(None, None, None)
     sample = f"x {EMAIL} y"
     assert red.noop and red.text(sample) is sample
 
