@@ -187,10 +187,23 @@ class ContextEngine:
             mime=mime,
             caller=caller,
         )
+        if self.config.ingest.extract_fields and report.status in ("completed", "embedding") and report.document_id:
+            await self._extract_after_ingest(report.document_id)
         red = self._redactor(caller, None, None)
         report.name = red.text(report.name) or report.name
         report.error = red.text(report.error)
         return _totals([report])
+
+    async def _extract_after_ingest(self, document_id: str) -> None:
+        """``ingest.extract_fields``: the stored document's structured fields; a model failure is
+        logged and reported to ``on_error``, never a failed ingest (the document is stored)."""
+        if self.config.llm is None:
+            log.warning("ingest.extract_fields is on but no llm is configured; fields were not extracted")
+            return
+        try:
+            await self.extract_fields(document_id, field_hints=self.config.ingest.field_hints)
+        except ContextEngineError as exc:
+            log.warning("structured extraction failed for document %s (%s)", document_id, exc.code)
 
     async def resume_embeddings(self, document_id: str | None = None) -> IngestReport:
         """Embed only the rows still missing a vector, for one document or every resumable one.
@@ -651,7 +664,7 @@ class ContextEngine:
             question,
             scope=ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids)),
             config=self.config,
-            settings=settings,
+            settings=settings if settings is not None else self.config.compute,
             code_runner=code_runner,
             runner=runner,
             redactor=self._redactor(caller, redaction, redaction_secret_key),
@@ -676,7 +689,7 @@ class ContextEngine:
             frames,
             question,
             config=self.config,
-            settings=settings,
+            settings=settings if settings is not None else self.config.compute,
             code_runner=code_runner,
             redactor=self._redactor(None, redaction, redaction_secret_key),
             hooks=self.hooks,

@@ -35,6 +35,7 @@ HANDLERS: dict[str, Handler] = {
     "list": documents.list_documents,
     "compute": runners.compute,
     "map_reduce": runners.map_reduce,
+    "query_meta": runners.query_meta,
 }
 
 

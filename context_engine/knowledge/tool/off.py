@@ -1,8 +1,9 @@
 """Which actions this call can run, decided per call, and the fixed sentence an OFF action answers.
 
-An action is on when its check in :data:`AVAILABLE` says so. The model-driven actions (``query_meta``, and
-``compute`` / ``map_reduce`` without a host runner) and the graph actions are off until the engine
-grows what they need; a host runner turns ``compute`` or ``map_reduce`` on whatever the settings.
+An action is on when its check in :data:`AVAILABLE` says so. ``query_meta`` and ``map_reduce`` need a
+configured ``llm``; ``compute`` also needs ``compute.enable_code_execution``, since it runs generated code.
+A host runner turns ``compute`` or ``map_reduce`` on whatever the settings. The graph actions are off
+until graph mode lands.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from context_engine.knowledge.tool.call import ToolCall
 
 OFF_SENTENCES: dict[str, str] = {
     "query_meta": (
-        "query_meta is off: structured field extraction is not enabled on this deployment. "
+        "query_meta is off: no model is configured on this deployment to read structured fields. "
         "Use search for the passages, or discover for the fields documents carry."
     ),
     "compute": (
-        "compute is off: code execution is not enabled on this deployment. "
+        "compute is off: code execution is not enabled on this deployment (or no model is configured). "
         "Quote the rows search finds instead of adding them up yourself."
     ),
     "map_reduce": (
@@ -35,12 +36,21 @@ def _never(call: ToolCall) -> bool:
     return False
 
 
+def _has_llm(call: ToolCall) -> bool:
+    return call.engine.config.llm is not None
+
+
+def _compute_on(call: ToolCall) -> bool:
+    """A host runner, or the built-in worker switched on (``compute.enable_code_execution``) with a model."""
+    return call.compute is not None or (call.engine.config.compute.enable_code_execution and _has_llm(call))
+
+
 #: per action that can be off: whether this call can run it. An action missing here is always on;
 #: turning one on is a check here plus its handler in ``dispatch.HANDLERS``.
 AVAILABLE: dict[str, Callable[[ToolCall], bool]] = {
-    "query_meta": _never,
-    "compute": lambda call: call.compute is not None,
-    "map_reduce": lambda call: call.map_reduce is not None,
+    "query_meta": _has_llm,
+    "compute": _compute_on,
+    "map_reduce": lambda call: call.map_reduce is not None or _has_llm(call),
     "get_neighbors": _never,
     "traverse": _never,
     "find_related": _never,

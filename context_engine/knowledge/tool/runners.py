@@ -1,8 +1,10 @@
-"""``compute`` and ``map_reduce`` through a host's own runner.
+"""``compute``, ``map_reduce`` and ``query_meta``: the engine's built-in actions, or a host's runner.
 
-A runner replaces the built-in action (which this engine does not have yet), so the host applies
-its own permission, billing and approval rules there. It receives the narrowed scope and the
-caller's principals, never the redaction policy or its key; what it returns is masked here, whole.
+A host runner replaces the built-in action, so the host applies its own permission, billing and
+approval rules there. It receives the narrowed scope and the caller's principals, never the
+redaction policy or its key; what it returns is masked here, whole. The built-in actions
+(:mod:`context_engine.compute`, :mod:`context_engine.mapreduce`, :mod:`context_engine.extraction`)
+redact inside, with this call's policy.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from context_engine.knowledge.tool import reads
 from context_engine.knowledge.tool.call import Refusal, ToolCall
 from context_engine.knowledge.tool.search import compute_suggestion
+from context_engine.principals import TRUSTED
 
 MAP_REDUCE_DEFAULT_LIMIT = 25
 
@@ -24,9 +27,21 @@ def _masked(call: ToolCall, result: Any) -> dict[str, Any]:
     return body
 
 
+def _principals(call: ToolCall) -> Any:
+    return TRUSTED if call.principals is None else list(call.principals)
+
+
 async def compute(call: ToolCall) -> dict[str, Any]:
-    assert call.compute is not None  # the action is OFF without a runner
     scope = call.narrowed()
+    if call.compute is None:  # the built-in worker (the action is OFF unless it is switched on)
+        return await call.engine.compute(
+            call.args["query"],
+            principals=_principals(call),
+            source_ids=scope.source_ids,
+            document_ids=scope.document_ids,
+            redaction=call.redaction,
+            redaction_secret_key=call.secret_key,
+        )
     result = await call.compute(
         call.args["query"],
         source_ids=scope.source_ids,
@@ -36,9 +51,22 @@ async def compute(call: ToolCall) -> dict[str, Any]:
     return _masked(call, result)
 
 
+async def query_meta(call: ToolCall) -> dict[str, Any]:
+    """Each in-scope document's values for the fields the question names (no filtering by value)."""
+    scope = call.narrowed()
+    result = await call.engine.query_meta(
+        call.args["query"],
+        principals=_principals(call),
+        source_ids=scope.source_ids,
+        document_ids=scope.document_ids,
+        redaction=call.redaction,
+        redaction_secret_key=call.secret_key,
+    )
+    return {"success": True, **result}
+
+
 async def map_reduce(call: ToolCall) -> dict[str, Any]:
     """Refused before the runner when every document the run would read is a spreadsheet."""
-    assert call.map_reduce is not None
     scope = call.narrowed()
     limit = call.args.get("limit", MAP_REDUCE_DEFAULT_LIMIT)
     db = await call.engine.database()
@@ -55,10 +83,21 @@ async def map_reduce(call: ToolCall) -> dict[str, Any]:
             },
         )
     ids = [str(t["id"]) for t in targets] or scope.document_ids
-    result = await call.map_reduce(
-        call.args["query"], source_ids=scope.source_ids, document_ids=ids, principals=call.principals, limit=limit
-    )
-    body = _masked(call, result)
+    if call.map_reduce is None:  # the built-in: one model call per document, bounded concurrency
+        body = await call.engine.map_reduce(
+            call.args["query"],
+            principals=_principals(call),
+            source_ids=scope.source_ids,
+            document_ids=ids,
+            limit=limit,
+            redaction=call.redaction,
+            redaction_secret_key=call.secret_key,
+        )
+    else:
+        result = await call.map_reduce(
+            call.args["query"], source_ids=scope.source_ids, document_ids=ids, principals=call.principals, limit=limit
+        )
+        body = _masked(call, result)
     if "spreadsheet" in kinds:
         reason = "some of these documents are spreadsheets; compute reads every row"
         body["hint"] = {"action": "compute", "reason": reason}
