@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from routing_core.router import ROUTES
+from routing_core.routes import ROUTES, Route
 from routing_core.schemas import ErrorBody
 
 _ERRORS = {
@@ -43,12 +43,11 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
     for route in ROUTES:
         op: dict[str, Any] = {"summary": route.summary, "operationId": route.handler}
         params = [
-            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
-            for n in route.pattern.groupindex
+            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in route.pattern.groupindex
         ]
         params += [
-            {"name": n, "in": "query", "required": False, "description": d, "schema": {"type": t}}
-            for n, t, d in route.query_params
+            {"name": n, "in": "query", "required": False, "description": d, "schema": schema}
+            for n, schema, d in route.query_params
         ]
         if params:
             op["parameters"] = params
@@ -85,6 +84,28 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
         "paths": paths,
         "components": {"schemas": dict(sorted(schemas.items()))},
     }
+
+
+def host_operation(spec: dict[str, Any], route: Route) -> dict[str, Any]:
+    """One operation of ``spec`` for a host framework's own OpenAPI, schemas inlined.
+
+    A FastAPI host's ``/docs`` then shows what ``openapi/openapi.json`` says, with no ``$ref``
+    pointing into components the host does not have.
+    """
+    operation = spec["paths"][route.path][route.method.lower()]
+    docs = {key: operation[key] for key in ("parameters", "requestBody", "responses") if key in operation}
+    return _inline(docs, spec["components"]["schemas"])
+
+
+def _inline(node: Any, schemas: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            return _inline(schemas[ref.rsplit("/", 1)[1]], schemas)
+        return {key: _inline(value, schemas) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inline(value, schemas) for value in node]
+    return node
 
 
 def render() -> str:

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from context_engine.knowledge.models import KnowledgeResult
+from context_engine.limits import (
+    KNOWLEDGE_TOP_K_DEFAULT,
+    KNOWLEDGE_TOP_K_MAX,
+    MAX_ACL_ENTRIES,
+    MAX_ACL_ENTRY_CHARS,
+    MAX_AGENT_ID_CHARS,
+    MAX_FILTER_IDS,
+    MAX_NAME_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_SOURCE_ID_CHARS,
+    SEARCH_TOP_K_DEFAULT,
+)
 from context_engine.models import Document, DocumentPage, IngestReport, SearchResult, Stats
 
 _STRICT = ConfigDict(extra="forbid")
+
+Principal = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ACL_ENTRY_CHARS)]
+Acl = Annotated[list[Principal], Field(max_length=MAX_ACL_ENTRIES)]
+FilterIds = Annotated[list[str], Field(max_length=MAX_FILTER_IDS)]
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
 
 
 class IngestTextBody(BaseModel):
@@ -18,9 +35,9 @@ class IngestTextBody(BaseModel):
 
     model_config = _STRICT
     text: str = Field(min_length=1)
-    name: str | None = Field(default=None, min_length=1, max_length=1000)
-    source_id: str = Field(default="default", min_length=1, max_length=500)
-    acl: list[str] | None = None
+    name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+    source_id: str = Field(default="default", min_length=1, max_length=MAX_SOURCE_ID_CHARS)
+    acl: Acl | None = None
     attributes: dict[str, Any] | None = None
 
 
@@ -28,20 +45,26 @@ class SearchBody(BaseModel):
     """``POST /search``."""
 
     model_config = _STRICT
-    query: str
-    top_k: int = 10
-    source_ids: list[str] | None = None
-    document_ids: list[str] | None = None
+    query: Query
+    #: at least 1; the ceiling is the engine's ``search.max_top_k`` (100 by default), checked there
+    top_k: int = Field(default=SEARCH_TOP_K_DEFAULT, json_schema_extra={"minimum": 1})
+    source_ids: FilterIds | None = None
+    document_ids: FilterIds | None = None
 
 
 class KnowledgeQueryBody(BaseModel):
     """``POST /knowledge/query``: camelCase on the wire, unknown fields refused."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=False)
-    query: str = Field(description="the question; must not be empty", json_schema_extra={"minLength": 1})
-    top_k: int = Field(default=5, ge=1, le=20, description="how many passages to return")
+    query: Query = Field(description="the question; must not be empty")
+    top_k: int = Field(
+        default=KNOWLEDGE_TOP_K_DEFAULT, ge=1, le=KNOWLEDGE_TOP_K_MAX, description="how many passages to return"
+    )
     agent_id: str | None = Field(
-        default=None, min_length=1, max_length=200, description="restrict to the sources linked to this agent"
+        default=None,
+        min_length=1,
+        max_length=MAX_AGENT_ID_CHARS,
+        description="restrict to the sources linked to this agent",
     )
     expand: bool = Field(default=True, description="let the model split a compound question into sub-queries")
     rerank: bool = Field(default=True, description="let the model re-score the fused candidates (guarded)")
@@ -51,9 +74,9 @@ class UpdateDocumentBody(BaseModel):
     """``PATCH /documents/{id}``: only the fields given change."""
 
     model_config = _STRICT
-    acl: list[str] | None = None
+    acl: Acl | None = None
     attributes: dict[str, Any] | None = None
-    name: str | None = Field(default=None, min_length=1, max_length=1000)
+    name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
 
 
 class DeletedBody(BaseModel):
