@@ -51,25 +51,27 @@ def check_int_range(value: Any, field: str, minimum: int, maximum: int) -> int:
 def check_json_value(value: Any, field: str, max_depth: int) -> Any:
     """A JSON value whose strings, keys and numbers pass, nested at most ``max_depth`` deep.
 
-    Walks iteratively, so a hostile depth costs a refusal, not a ``RecursionError``.
+    ``field`` names the value in messages (``""`` for a whole request body, whose members are then
+    named by their own keys). Walks iteratively, so a hostile depth costs a refusal, not a
+    ``RecursionError``.
     """
     stack: list[tuple[Any, str, int]] = [(value, field, 1)]
     while stack:
         node, where, depth = stack.pop()
         if isinstance(node, dict | list) and depth > max_depth:
-            raise InvalidRequest(f"{field} nests deeper than {max_depth} levels")
+            raise InvalidRequest(f"{field or 'the body'} nests deeper than {max_depth} levels")
         if isinstance(node, dict):
             for key, item in node.items():
-                check_text(key, f"{where} key", None)
-                stack.append((item, f"{where}.{key[:40]}", depth + 1))
+                check_text(key, f"a key of {where or 'the body'}")
+                stack.append((item, f"{where}.{key[:40]}" if where else key[:40], depth + 1))
         elif isinstance(node, list):
             stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(node))
         elif isinstance(node, str):
-            check_text(node, where)
+            check_text(node, where or "the body")
         elif isinstance(node, float) and not math.isfinite(node):
-            raise InvalidRequest(f"{where} must be a finite number")
+            raise InvalidRequest(f"{where or 'the body'} must be a finite number")
         elif node is not None and not isinstance(node, bool | int | float):
-            raise InvalidRequest(f"{where} must be a JSON value")
+            raise InvalidRequest(f"{where or 'the body'} must be a JSON value")
     return value
 
 

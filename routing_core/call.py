@@ -35,8 +35,15 @@ class Call:
     #: ``None`` on a public (unauthenticated) route
     caller: Caller | None = None
     params: dict[str, str] = field(default_factory=dict)
-    #: the JSON body validated against the route's request model (``None`` for multipart or no body)
+    #: the JSON body or the multipart form fields, validated against the route's model
     body: BaseModel | None = None
+    #: the route's declared query parameters, every value checked and converted
+    query: dict[str, list[Any]] = field(default_factory=dict)
+
+    def one(self, name: str, default: Any = None) -> Any:
+        """The last value of a query parameter (as a repeated one is read), else ``default``."""
+        values = self.query.get(name)
+        return values[-1] if values else default
 
     @property
     def who(self) -> Caller:

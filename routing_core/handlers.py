@@ -7,70 +7,79 @@ into a :class:`CoreResponse`.
 
 from __future__ import annotations
 
-import json
-from typing import Any, cast
+import asyncio
+import logging
+from typing import cast
 
 from context_engine.limits import LIST_LIMIT_DEFAULT
-from context_engine.models import IngestReport
+from context_engine.models import FAILURE_MESSAGES, IngestReport
 from routing_core.call import Call
-from routing_core.http import CoreRequest, CoreResponse, HttpError
+from routing_core.http import CoreResponse, HttpError
 from routing_core.schemas import (
     DeletedBody,
+    IngestFields,
     IngestTextBody,
     KnowledgeQueryBody,
     SearchBody,
     UpdateDocumentBody,
 )
 
+log = logging.getLogger("context_engine.routes")
+
+#: how long ``GET /ready`` waits for the database before answering 503
+READY_TIMEOUT_SECONDS = 5.0
+
 
 async def ingest(call: Call) -> CoreResponse:
-    if call.body is None:
-        return await _ingest_upload(call)
-    body = cast(IngestTextBody, call.body)
-    report = await call.engine.ingest(
-        text=body.text,
-        name=body.name,
-        source_id=body.source_id,
-        acl=body.acl,
-        attributes=body.attributes,
-        principals=call.who.principals_arg(),
-    )
-    return _report(report, call)
-
-
-async def _ingest_upload(call: Call) -> CoreResponse:
+    if isinstance(call.body, IngestTextBody):
+        body = call.body
+        report = await call.engine.ingest(
+            text=body.text,
+            name=body.name,
+            source_id=body.source_id,
+            acl=body.acl,
+            attributes=body.attributes,
+            principals=call.who.principals_arg(),
+        )
+        return _report(report, call)
     upload = call.request.files.get("file")
     if upload is None:
         raise HttpError(400, "invalid_request", "multipart body needs a 'file' part")
-    form = call.request.form
+    fields = cast(IngestFields, call.body)
     report = await call.engine.ingest(
         file=upload.file,
-        name=form.get("name") or upload.filename or "upload",
-        source_id=form.get("source_id") or "default",
-        acl=_form_list(form.get("acl"), "acl"),
-        attributes=_form_json(form.get("attributes"), "attributes"),
+        name=fields.name or upload.filename or "upload",
+        source_id=fields.source_id,
+        acl=fields.acl,
+        attributes=fields.attributes,
         principals=call.who.principals_arg(),
     )
     return _report(report, call)
 
 
 def _report(report: IngestReport, call: Call) -> CoreResponse:
+    """201 when a document was stored, 200 when all were unchanged, 422 when nothing was stored."""
     if not call.who.trusted:  # raw provider text is an operator's copy only
         for doc in report.documents:
             doc.error = None
-    status = 200 if all(d.status == "skipped" for d in report.documents) else 201
-    return CoreResponse(status, report.model_dump(mode="json"))
+    body = report.model_dump(mode="json")
+    if any(d.status in ("completed", "embedding") for d in report.documents):
+        return CoreResponse(201, body)
+    failed = next((d for d in report.documents if d.status == "failed"), None)
+    if failed is None:
+        return CoreResponse(200, body)
+    reason = failed.failure_reason or "unknown"
+    message = failed.failure_message or FAILURE_MESSAGES[reason]
+    return CoreResponse(422, {"error": {"code": reason, "message": message}, **body})
 
 
 async def list_documents(call: Call) -> CoreResponse:
     page = await call.engine.list_documents(
         principals=call.who.principals_arg(),
-        source_ids=call.request.query.get("source_id") or None,
-        limit=_int_param(call.request, "limit", LIST_LIMIT_DEFAULT),
-        cursor=_one(call.request, "cursor"),
+        source_ids=call.query.get("source_id"),
+        limit=call.one("limit", LIST_LIMIT_DEFAULT),
+        cursor=call.one("cursor"),
     )
-    for doc in page.documents:
-        doc.failure_message = None  # a list carries the code only
     return CoreResponse(200, page.model_dump(mode="json"))
 
 
@@ -78,7 +87,7 @@ async def get_document(call: Call) -> CoreResponse:
     doc = await call.engine.get_document(
         call.params["document_id"],
         principals=call.who.principals_arg(),
-        include_text=_bool_param(call.request, "include_text", True),
+        include_text=call.one("include_text", True),
     )
     return CoreResponse(200, doc.model_dump(mode="json"))
 
@@ -127,65 +136,36 @@ async def knowledge_query(call: Call) -> CoreResponse:
 
 
 async def stats(call: Call) -> CoreResponse:
-    result = await call.engine.stats(
-        principals=call.who.principals_arg(), source_ids=call.request.query.get("source_id") or None
-    )
+    result = await call.engine.stats(principals=call.who.principals_arg(), source_ids=call.query.get("source_id"))
     return CoreResponse(200, result.model_dump(mode="json"))
 
 
-# ---------------------------------------------------------------------- query and form fields
-def _one(request: CoreRequest, name: str) -> str | None:
-    values = request.query.get(name)
-    return values[-1] if values else None
+async def health(call: Call) -> CoreResponse:
+    """Liveness: answering at all is the answer; nothing else is looked at or revealed."""
+    return CoreResponse(200, {"status": "ok"})
 
 
-def _int_param(request: CoreRequest, name: str, default: int) -> int:
-    raw = _one(request, name)
-    if raw is None:
-        return default
+async def ready(call: Call) -> CoreResponse:
+    """Readiness: the store answers ``revision()``, which needs the database and its schema.
+
+    The reason of a failure goes to the log, never to the caller of this unauthenticated route.
+    """
     try:
-        return int(raw)
-    except ValueError:
-        raise HttpError(400, "invalid_request", f"{name}: must be an integer") from None
-
-
-def _bool_param(request: CoreRequest, name: str, default: bool) -> bool:
-    raw = _one(request, name)
-    if raw is None:
-        return default
-    if raw.lower() in ("1", "true", "yes"):
-        return True
-    if raw.lower() in ("0", "false", "no"):
-        return False
-    raise HttpError(400, "invalid_request", f"{name}: must be true or false")
-
-
-def _form_list(raw: str | None, name: str) -> list[str] | None:
-    if raw is None or raw == "":
-        return None
-    if raw.lstrip().startswith("["):
-        value = _form_json(raw, name)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise HttpError(400, "invalid_request", f"{name}: must be a JSON list of strings")
-        return value
-    return [part.strip() for part in raw.split(",") if part.strip()]
-
-
-def _form_json(raw: str | None, name: str) -> Any:
-    if raw is None or raw == "":
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise HttpError(400, "invalid_request", f"{name}: must be valid JSON") from None
+        await asyncio.wait_for(call.engine.revision(), READY_TIMEOUT_SECONDS)
+    except Exception as exc:
+        log.warning("readiness check failed: %s", type(exc).__name__)
+        raise HttpError(503, "not_ready", "the service is not ready") from None
+    return CoreResponse(200, {"status": "ready"})
 
 
 __all__ = [
     "delete_document",
     "get_document",
+    "health",
     "ingest",
     "knowledge_query",
     "list_documents",
+    "ready",
     "search",
     "stats",
     "update_document",

@@ -21,6 +21,7 @@ import inspect
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from context_engine import ContextEngine
@@ -28,7 +29,7 @@ from context_engine.errors import ContextEngineError, IngestTooLarge
 from context_engine.principals import TRUSTED
 from routing_core import sync_bridge
 from routing_core.access import caller_identity, granted_scopes
-from routing_core.bodies import parse_json_body, too_large
+from routing_core.bodies import parse_form_fields, parse_json_body, too_large
 from routing_core.call import Call, Caller
 from routing_core.http import (
     CoreRequest,
@@ -40,6 +41,7 @@ from routing_core.http import (
     is_multipart,
     malformed_multipart,
 )
+from routing_core.params import check_query
 from routing_core.router import AuthError, Router
 from routing_core.routes import Route
 
@@ -94,26 +96,64 @@ class AsyncRequest(RequestAdapter, ABC):
 
 
 # ---------------------------------------------------------------------- effects
-class HostCall:
-    """Call one of the host's callables with the native request."""
+@dataclass
+class Outcome:
+    """What one host callable returned or raised."""
 
-    def __init__(self, fn: Callable[[Any], Any], arg: Any):
-        self.fn, self.arg = fn, arg
+    value: Any = None
+    exc: Exception | None = None
 
-    def run_sync(self, request: SyncRequest) -> Any:
-        value = self.fn(self.arg)
-        if inspect.isawaitable(value):  # an async callable in a sync framework: the shared loop runs it
-            value = sync_bridge.run(_await(value))
-        return value
+    @property
+    def admits(self) -> bool:
+        """Worth calling the next one: no exception, and neither ``False`` nor ``None``."""
+        return self.exc is None and self.value is not False and self.value is not None
 
-    async def run_async(self, request: AsyncRequest) -> Any:
-        if _is_async(self.fn):
-            value = self.fn(self.arg)
-        else:  # a sync callable may block (a session lookup, a token check over HTTP): keep it off the loop
-            value = await request.run_sync(self.fn, self.arg)
-        if inspect.isawaitable(value):
-            value = await value
-        return value
+
+class HostCalls:
+    """Call the host's callables in turn with the native request, until one does not admit.
+
+    Sync callables run where the framework runs its own sync code: in its request thread, or
+    together in one trip to the framework's threadpool (never on an event loop's thread).
+    """
+
+    def __init__(self, arg: Any, *fns: Callable[[Any], Any]):
+        self.arg, self.fns = arg, fns
+
+    def run_sync(self, request: SyncRequest | None = None) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for fn in self.fns:
+            outcomes.append(self._one_sync(fn))
+            if not outcomes[-1].admits:
+                break
+        return outcomes
+
+    async def run_async(self, request: AsyncRequest) -> list[Outcome]:
+        if not any(_is_async(fn) for fn in self.fns):
+            return await request.run_sync(self.run_sync, None)
+        outcomes: list[Outcome] = []
+        for fn in self.fns:
+            outcomes.append(await self._one_async(fn, request))
+            if not outcomes[-1].admits:
+                break
+        return outcomes
+
+    def _one_sync(self, fn: Callable[[Any], Any]) -> Outcome:
+        try:
+            value = fn(self.arg)
+            if inspect.isawaitable(value):  # an async callable in a sync framework: the shared loop runs it
+                value = sync_bridge.run(_await(value))
+        except Exception as exc:
+            return Outcome(exc=exc)
+        return Outcome(value)
+
+    async def _one_async(self, fn: Callable[[Any], Any], request: AsyncRequest) -> Outcome:
+        try:
+            value = fn(self.arg) if _is_async(fn) else await request.run_sync(fn, self.arg)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:
+            return Outcome(exc=exc)
+        return Outcome(value)
 
 
 class ReadBody:
@@ -145,7 +185,7 @@ class Dispatch:
         return await self.start()
 
 
-Effect = HostCall | ReadBody | ReadForm | Dispatch
+Effect = HostCalls | ReadBody | ReadForm | Dispatch
 Steps = Generator[Effect, Any, CoreResponse]
 
 
@@ -207,24 +247,28 @@ def lifecycle(router: Router, adapter: SyncRequest | AsyncRequest) -> Steps:
     try:
         route, params = router.match(adapter.method, adapter.path)
         request = CoreRequest(adapter.method, adapter.path, adapter.headers, adapter.query, native=adapter.native)
-        caller = yield from _identify(router, adapter.native)
-        engine = yield from _engine_for(router, adapter.native)
-        _check_declared_size(router, route, adapter)
-        _check_access(router, route, caller)
-        call = Call(request, engine, caller, params)
-        if route.multipart and is_multipart(adapter.content_type):
+        call = Call(request, router.engine, None, params)
+        if not route.public:
+            call.caller = yield from _identify(router, adapter.native)
+            call.engine = yield from _engine_for(router, adapter.native)
+            _check_declared_size(router, route, adapter)
+            _check_access(router, route, call.caller)
+        call.query = check_query(route.query_params, adapter.query)
+        if route.form_model is not None and is_multipart(adapter.content_type):
             fields, files = yield ReadForm()
             if not fields and not files:
                 raise malformed_multipart()
             request.form, request.files = dict(fields), dict(files)
+            call.body = parse_form_fields(request.form, route.form_model)
         elif route.request_model is not None:
             request.body = yield ReadBody()
-            call.body = parse_json_body(request.body, route.request_model, router.max_json_bytes)
+            call.body = parse_json_body(request.body, adapter.content_type, route.request_model, router.max_json_bytes)
         return (yield Dispatch(lambda: route.endpoint(call)))
     except HttpError as exc:
         return exc.response()
     except ContextEngineError as exc:
-        return error(exc.status, exc.code, exc.message)
+        # the engine reports a name clash as an invalid request; over HTTP it is a conflict
+        return error(409 if exc.code == "conflict" else exc.status, exc.code, exc.message)
     except Exception:
         log.exception("unhandled error in %s %s", adapter.method, route.path if route else adapter.path)
         return error(500, "internal_error", "the server failed to handle this request")
@@ -232,16 +276,11 @@ def lifecycle(router: Router, adapter: SyncRequest | AsyncRequest) -> Steps:
 
 def _identify(router: Router, native: Any) -> Generator[Effect, Any, Caller]:
     """401 unless the host's ``auth`` admits the request; then its principals, checked."""
-    try:
-        allowed = yield HostCall(router.auth, native)
-    except AuthError as exc:
-        raise HttpError(401, "unauthorized", str(exc) or "authentication failed") from None
+    outcomes = yield HostCalls(native, router.auth, router.principals)
+    allowed = _settled(outcomes[0])
     if allowed is False or allowed is None:
         raise HttpError(401, "unauthorized", "missing or invalid credentials")
-    try:
-        resolved = yield HostCall(router.principals, native)
-    except AuthError as exc:
-        raise HttpError(401, "unauthorized", str(exc) or "authentication failed") from None
+    resolved = _settled(outcomes[1])
     if resolved is None:
         log.error("principals resolver returned None; refusing the request")
         raise HttpError(
@@ -259,6 +298,15 @@ def _identify(router: Router, native: Any) -> Generator[Effect, Any, Caller]:
     return Caller(tuple(values), allowed)
 
 
+def _settled(outcome: Outcome) -> Any:
+    """The value a host callable returned; an ``AuthError`` it raised is a 401, anything else a 500."""
+    if isinstance(outcome.exc, AuthError):
+        raise HttpError(401, "unauthorized", str(outcome.exc) or "authentication failed")
+    if outcome.exc is not None:
+        raise outcome.exc
+    return outcome.value
+
+
 def _engine_for(router: Router, native: Any) -> Generator[Effect, Any, ContextEngine]:
     """The engine for this request: a redaction view when the host set a policy for it.
 
@@ -267,12 +315,12 @@ def _engine_for(router: Router, native: Any) -> Generator[Effect, Any, ContextEn
     """
     policy = router.redaction
     if _is_resolver(policy):
-        policy = yield HostCall(policy, native)
+        policy = _settled((yield HostCalls(native, policy))[0])
     if policy is None:
         return router.engine
     key = router.redaction_secret_key
     if _is_resolver(key):
-        key = yield HostCall(key, native)
+        key = _settled((yield HostCalls(native, key))[0])
     return router.engine.with_redaction(policy, secret_key=key)
 
 
@@ -281,7 +329,7 @@ def _check_declared_size(router: Router, route: Route, adapter: RequestAdapter) 
     declared = adapter.content_length
     if declared is None or not route.takes_body:
         return
-    if route.multipart and is_multipart(adapter.content_type):
+    if route.form_model is not None and is_multipart(adapter.content_type):
         limit = route.upload_cap(router.engine.config) if route.upload_cap else None
         if limit is not None and declared > limit:
             refused = IngestTooLarge("ingest.max_file_bytes", limit, declared)

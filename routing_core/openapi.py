@@ -11,6 +11,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from context_engine.limits import (
+    MAX_ACL_ENTRIES,
+    MAX_ACL_ENTRY_CHARS,
+    MAX_ATTRIBUTES_DEPTH,
+    MAX_NAME_CHARS,
+    MAX_SOURCE_ID_CHARS,
+)
 from routing_core.routes import ROUTES, Route
 from routing_core.schemas import ErrorBody
 
@@ -26,6 +33,39 @@ _ERRORS = {
     "502": "An outbound provider (embeddings) failed",
     "503": "The database is unavailable",
 }
+
+
+#: the multipart form of an upload; its fields carry the limits of the JSON body's (``IngestFields``)
+_FORM = {
+    "type": "object",
+    "required": ["file"],
+    "properties": {
+        "file": {"type": "string", "format": "binary"},
+        "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
+        "source_id": {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS},
+        "acl": {
+            "type": "string",
+            "description": f"a JSON list or comma-separated principals, at most {MAX_ACL_ENTRIES}, each 1 to "
+            f"{MAX_ACL_ENTRY_CHARS} characters",
+        },
+        "attributes": {
+            "type": "string",
+            "description": f"a JSON object nested at most {MAX_ATTRIBUTES_DEPTH} levels deep",
+        },
+    },
+}
+_UNSUPPORTED = (
+    "Unsupported media type: a body is read as JSON only when sent as application/json (or application/*+json)"
+)
+_DESCRIPTION = (
+    "Permission-aware retrieval over the host's PostgreSQL. Every route but two runs the host's own "
+    "authentication and resolves the caller's principals; the ACL is enforced inside each query. "
+    "GET /health (liveness) and GET /ready (database and schema) are operational and unauthenticated: "
+    "they answer a status and nothing else (a failed readiness check is logged, not explained). "
+    'Every failure is the JSON error contract {"error": {"code", "message"}}; POST /documents answers '
+    "201 when it stored a document, 200 when the content was unchanged, and 422 when nothing was stored, "
+    "with the error contract beside the report."
+)
 
 
 def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict[str, Any]:
@@ -54,19 +94,7 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
         if route.request_model is not None:
             content: dict[str, Any] = {"application/json": {"schema": ref(route.request_model)}}
             if route.multipart:
-                content["multipart/form-data"] = {
-                    "schema": {
-                        "type": "object",
-                        "required": ["file"],
-                        "properties": {
-                            "file": {"type": "string", "format": "binary"},
-                            "name": {"type": "string"},
-                            "source_id": {"type": "string"},
-                            "acl": {"type": "string", "description": "JSON list or comma-separated principals"},
-                            "attributes": {"type": "string", "description": "JSON object"},
-                        },
-                    }
-                }
+                content["multipart/form-data"] = {"schema": _FORM}
             op["requestBody"] = {"required": True, "content": content}
         responses: dict[str, Any] = {}
         if route.response_model is not None:
@@ -74,13 +102,22 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
                 "description": "Success",
                 "content": {"application/json": {"schema": ref(route.response_model)}},
             }
+        for status, description, model in route.responses:
+            responses[str(status)] = {
+                "description": description,
+                "content": {"application/json": {"schema": ref(model)}},
+            }
         for status, description in _ERRORS.items():
-            responses[status] = {"description": description, "content": {"application/json": {"schema": error_ref}}}
+            responses.setdefault(
+                status, {"description": description, "content": {"application/json": {"schema": error_ref}}}
+            )
+        if route.request_model is not None:
+            responses["415"] = {"description": _UNSUPPORTED, "content": {"application/json": {"schema": error_ref}}}
         op["responses"] = responses
         paths.setdefault(route.path, {})[route.method.lower()] = op
     return {
         "openapi": "3.1.0",
-        "info": {"title": title, "version": version},
+        "info": {"title": title, "version": version, "description": _DESCRIPTION},
         "paths": paths,
         "components": {"schemas": dict(sorted(schemas.items()))},
     }

@@ -11,7 +11,6 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -27,10 +26,15 @@ from routing_core import handlers
 from routing_core.access import KNOWLEDGE_SCOPE
 from routing_core.call import Call
 from routing_core.http import CoreResponse
+from routing_core.params import QueryParam
 from routing_core.schemas import (
     DeletedBody,
     Document,
     DocumentPage,
+    ErrorBody,
+    Health,
+    IngestFailed,
+    IngestFields,
     IngestReport,
     IngestTextBody,
     KnowledgeQueryBody,
@@ -75,10 +79,15 @@ class Route:
     request_model: type[BaseModel] | None = None
     response_model: type[BaseModel] | None = None
     success_status: int = 200
-    #: also takes a multipart form, capped by ``upload_cap`` (JSON bodies by the mount's ``max_json_bytes``)
-    multipart: bool = False
+    #: the model of a multipart form's fields when the route also takes one (with a ``file`` part),
+    #: capped by ``upload_cap``; JSON bodies are capped by the mount's ``max_json_bytes``
+    form_model: type[BaseModel] | None = None
     upload_cap: ConfigLimit | None = None
-    query_params: tuple[tuple[str, dict[str, Any], str], ...] = ()  # (name, JSON schema, description)
+    query_params: tuple[QueryParam, ...] = ()
+    #: answered without the host's ``auth``: operational routes that reveal nothing but a status
+    public: bool = False
+    #: statuses this route answers besides the success status and the common errors
+    responses: tuple[tuple[int, str, type[BaseModel]], ...] = ()
     #: the scope the host's ``auth`` must grant (see ``routing_core.access``)
     scope: str | None = None
     rate_limit: RateLimit | None = None
@@ -96,6 +105,10 @@ class Route:
     def takes_body(self) -> bool:
         return self.request_model is not None
 
+    @property
+    def multipart(self) -> bool:
+        return self.form_model is not None
+
 
 ROUTES: tuple[Route, ...] = (
     Route(
@@ -106,8 +119,12 @@ ROUTES: tuple[Route, ...] = (
         IngestTextBody,
         IngestReport,
         201,
-        multipart=True,
+        form_model=IngestFields,
         upload_cap=upload_limit,
+        responses=(
+            (200, "Unchanged: the same content was already stored (every document skipped)", IngestReport),
+            (422, "Nothing stored: the error of the first failed document, beside the report", IngestFailed),
+        ),
     ),
     Route(
         "GET",
@@ -138,6 +155,7 @@ ROUTES: tuple[Route, ...] = (
         "Change a document's ACL, attributes or name",
         UpdateDocumentBody,
         Document,
+        responses=((409, "Conflict: a document with that name already exists in its source", ErrorBody),),
     ),
     Route(
         "DELETE",
@@ -166,6 +184,19 @@ ROUTES: tuple[Route, ...] = (
         KnowledgeResult,
         scope=KNOWLEDGE_SCOPE,
         rate_limit=RateLimit(knowledge_rate_limit, "knowledge queries"),
+    ),
+    Route(
+        "GET", "/health", handlers.health, "Liveness: the process answers (no database call)", None, Health, public=True
+    ),
+    Route(
+        "GET",
+        "/ready",
+        handlers.ready,
+        "Readiness: the database answers and holds the current schema",
+        None,
+        Health,
+        public=True,
+        responses=((503, "Not ready: the database is unreachable or its schema is not current", ErrorBody),),
     ),
     # reserved for later routes: /tools/execute
 )

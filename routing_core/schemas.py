@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from context_engine.knowledge.models import KnowledgeResult
@@ -14,6 +14,7 @@ from context_engine.limits import (
     MAX_ACL_ENTRIES,
     MAX_ACL_ENTRY_CHARS,
     MAX_AGENT_ID_CHARS,
+    MAX_ATTRIBUTES_DEPTH,
     MAX_FILTER_IDS,
     MAX_NAME_CHARS,
     MAX_QUERY_CHARS,
@@ -21,68 +22,9 @@ from context_engine.limits import (
     SEARCH_TOP_K_DEFAULT,
 )
 from context_engine.models import Document, DocumentPage, IngestReport, SearchResult, Stats
+from context_engine.validation import check_json_object
 
 _STRICT = ConfigDict(extra="forbid")
-
-Principal = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ACL_ENTRY_CHARS)]
-Acl = Annotated[list[Principal], Field(max_length=MAX_ACL_ENTRIES)]
-FilterIds = Annotated[list[str], Field(max_length=MAX_FILTER_IDS)]
-Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
-
-
-class IngestTextBody(BaseModel):
-    """``POST /documents`` as JSON: a text document."""
-
-    model_config = _STRICT
-    text: str = Field(min_length=1)
-    name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
-    source_id: str = Field(default="default", min_length=1, max_length=MAX_SOURCE_ID_CHARS)
-    acl: Acl | None = None
-    attributes: dict[str, Any] | None = None
-
-
-class SearchBody(BaseModel):
-    """``POST /search``."""
-
-    model_config = _STRICT
-    query: Query
-    #: at least 1; the ceiling is the engine's ``search.max_top_k`` (100 by default), checked there
-    top_k: int = Field(default=SEARCH_TOP_K_DEFAULT, json_schema_extra={"minimum": 1})
-    source_ids: FilterIds | None = None
-    document_ids: FilterIds | None = None
-
-
-class KnowledgeQueryBody(BaseModel):
-    """``POST /knowledge/query``: camelCase on the wire, unknown fields refused."""
-
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=False)
-    query: Query = Field(description="the question; must not be empty")
-    top_k: int = Field(
-        default=KNOWLEDGE_TOP_K_DEFAULT, ge=1, le=KNOWLEDGE_TOP_K_MAX, description="how many passages to return"
-    )
-    agent_id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_AGENT_ID_CHARS,
-        description="restrict to the sources linked to this agent",
-    )
-    expand: bool = Field(default=True, description="let the model split a compound question into sub-queries")
-    rerank: bool = Field(default=True, description="let the model re-score the fused candidates (guarded)")
-
-
-class UpdateDocumentBody(BaseModel):
-    """``PATCH /documents/{id}``: only the fields given change."""
-
-    model_config = _STRICT
-    acl: Acl | None = None
-    attributes: dict[str, Any] | None = None
-    name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
-
-
-class DeletedBody(BaseModel):
-    id: str
-    deleted: bool
-    revision: int
 
 
 class ErrorDetail(BaseModel):
@@ -94,11 +36,107 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+def _check_attributes(value: dict[str, Any]) -> dict[str, Any]:
+    return check_json_object(value, "attributes", MAX_ATTRIBUTES_DEPTH)
+
+
+Principal = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ACL_ENTRY_CHARS)]
+Acl = Annotated[list[Principal], Field(max_length=MAX_ACL_ENTRIES)]
+FilterIds = Annotated[list[str], Field(max_length=MAX_FILTER_IDS)]
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+SourceId = Annotated[str, Field(min_length=1, max_length=MAX_SOURCE_ID_CHARS)]
+Attributes = Annotated[
+    dict[str, Any],
+    AfterValidator(_check_attributes),
+    Field(description=f"a JSON object nested at most {MAX_ATTRIBUTES_DEPTH} levels deep"),
+]
+
+
+class IngestFields(BaseModel):
+    """What ``POST /documents`` says about a document besides its content (JSON fields or form fields)."""
+
+    model_config = _STRICT
+    name: Name | None = None
+    source_id: SourceId = "default"
+    acl: Acl | None = None
+    attributes: Attributes | None = None
+
+
+class IngestTextBody(IngestFields):
+    """``POST /documents`` as JSON: a text document."""
+
+    text: str = Field(min_length=1)
+
+
+class IngestFailed(IngestReport):
+    """``POST /documents`` when nothing was stored: the error contract beside the report."""
+
+    error: ErrorDetail
+
+
+class SearchBody(BaseModel):
+    """``POST /search``."""
+
+    model_config = _STRICT
+    query: Query
+    #: at least 1; the ceiling is the engine's ``search.max_top_k`` (100 by default), checked there
+    top_k: int = Field(default=SEARCH_TOP_K_DEFAULT, strict=True, json_schema_extra={"minimum": 1})
+    source_ids: FilterIds | None = None
+    document_ids: FilterIds | None = None
+
+
+class KnowledgeQueryBody(BaseModel):
+    """``POST /knowledge/query``: camelCase on the wire, unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=False)
+    query: Query = Field(description="the question; must not be empty")
+    top_k: int = Field(
+        default=KNOWLEDGE_TOP_K_DEFAULT,
+        strict=True,
+        ge=1,
+        le=KNOWLEDGE_TOP_K_MAX,
+        description="how many passages to return",
+    )
+    agent_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_AGENT_ID_CHARS,
+        description="restrict to the sources linked to this agent",
+    )
+    expand: StrictBool = Field(default=True, description="let the model split a compound question into sub-queries")
+    rerank: StrictBool = Field(default=True, description="let the model re-score the fused candidates (guarded)")
+
+
+class UpdateDocumentBody(BaseModel):
+    """``PATCH /documents/{id}``: only the fields given change."""
+
+    model_config = _STRICT
+    acl: Acl | None = None
+    attributes: Attributes | None = None
+    name: Name | None = None
+
+
+class Health(BaseModel):
+    """``GET /health`` and ``GET /ready``: the status and nothing else."""
+
+    status: Literal["ok", "ready"]
+
+
+class DeletedBody(BaseModel):
+    id: str
+    deleted: bool
+    revision: int
+
+
 __all__ = [
     "DeletedBody",
     "Document",
     "DocumentPage",
     "ErrorBody",
+    "Health",
+    "IngestFailed",
+    "IngestFields",
     "IngestReport",
     "IngestTextBody",
     "KnowledgeQueryBody",

@@ -3,7 +3,10 @@
 Ingests N short generated documents into a fresh embedded PostgreSQL with the local embedding
 model, then runs Q searches directly on the engine and Q more through FastAPI, Flask and Django
 served over real HTTP on 127.0.0.1. Prints documents/s (with and without the time spent inside
-the embedding model) and search p50/p95 in milliseconds.
+the embedding model), search p50/p95 in milliseconds, and for each adapter whether its p50 stays
+within the budget of 1.2 x the direct p50 + 3 ms measured in the same run. ``GET /health`` through
+each adapter (no engine call, no database) shows the floor: what the HTTP server, the framework
+and the request lifecycle cost on their own.
 
     .venv/bin/python benchmarks/spine/run.py [--docs 2000] [--queries 200]
 """
@@ -168,28 +171,40 @@ async def main() -> None:
             medians = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in stages.items())
             print(f"\nmedian ms per stage of the direct searches (legs run concurrently): {medians}\n")
             loop = asyncio.get_running_loop()
+            budget = 1.2 * statistics.median(direct) * 1000 + 3.0
+            verdicts = []
             for port, (name, (kind, app)) in enumerate(_apps(engine).items(), start=18731):
                 server = _serve_uvicorn(app, port) if kind == "asgi" else _serve_wsgi(app, port)
                 await asyncio.sleep(1.0)
-                times = await loop.run_in_executor(None, _http_searches, port, queries)
+                times, floor = await loop.run_in_executor(None, _http_searches, port, queries)
                 print(_row(f"{name} over HTTP", times))
+                print(_row(f"{name} GET /health", floor))
+                p50 = statistics.median(times) * 1000
+                verdicts.append(f"{name} {p50:.1f} ms ({'within' if p50 <= budget else 'OVER'})")
                 if kind == "asgi":
                     server.should_exit = True
                 else:
                     server.shutdown()
+            print(f"\nbudget 1.2 x direct p50 + 3 ms = {budget:.1f} ms: " + "; ".join(verdicts))
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _http_searches(port: int, queries: list[str]) -> list[float]:
+def _http_searches(port: int, queries: list[str]) -> tuple[list[float], list[float]]:
+    """Search latencies, then as many ``GET /health`` latencies, over one kept-alive connection."""
     times: list[float] = []
+    floor: list[float] = []
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         client.post("/search", json={"query": "warm up"}).raise_for_status()
         for q in queries:
             t0 = time.perf_counter()
             client.post("/search", json={"query": q, "top_k": 10}).raise_for_status()
             times.append(time.perf_counter() - t0)
-    return times
+        for _ in queries:
+            t0 = time.perf_counter()
+            client.get("/health").raise_for_status()
+            floor.append(time.perf_counter() - t0)
+    return times, floor
 
 
 if __name__ == "__main__":
