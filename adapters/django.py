@@ -77,7 +77,7 @@ def create_django_urlpatterns(
             response[key] = value
         return response
 
-    return [re_path(r"^(?P<rest>.*)\Z", view, name=f"{name}_catch_all")]
+    return [re_path(r"^(?P<rest>[\s\S]*)\Z", view, name=f"{name}_catch_all")]
 
 
 __all__ = ["create_django_urlpatterns"]

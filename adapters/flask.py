@@ -25,7 +25,7 @@ _REST_CONVERTER = "context_engine_rest"
 
 
 class _RestConverter(PathConverter):
-    regex = ".*?"
+    regex = r"[\s\S]*?"  # any character, a newline too
     part_isolating = False  # werkzeug would infer True from a regex without "/"
 
 

@@ -11,8 +11,9 @@ MAX_QUERY_CHARS = 4000
 #: ``topK`` of ``POST /knowledge/query``
 KNOWLEDGE_TOP_K_MAX = 20
 KNOWLEDGE_TOP_K_DEFAULT = 5
-#: ``top_k`` of ``POST /search`` by default (``search.max_top_k`` in the config is the ceiling)
+#: ``top_k`` of ``POST /search`` by default, and its ceiling unless ``search.max_top_k`` changes it
 SEARCH_TOP_K_DEFAULT = 10
+SEARCH_TOP_K_MAX = 100
 
 #: page size of ``GET /documents``
 LIST_LIMIT_MIN = 1

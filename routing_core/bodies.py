@@ -7,7 +7,6 @@ so a name, a source id, an ACL or attributes have the same limits whichever way 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from context_engine.limits import MAX_JSON_DEPTH
 from context_engine.validation import check_json_value
 from routing_core.http import HttpError, is_json
+from routing_core.schemas import NOT_BLANK
 
 
 def too_large(size: int, limit: int) -> HttpError:
@@ -44,18 +44,22 @@ def parse_json_body(raw: bytes, content_type: str | None, model: type[BaseModel]
     return validate(check_json_value(data, "", MAX_JSON_DEPTH), model)
 
 
-def parse_form_fields(form: Mapping[str, str], model: type[BaseModel]) -> BaseModel:
-    """The non-file fields of a multipart form, as ``model`` (``acl``: a JSON list or comma-separated)."""
+def parse_form_fields(fields: list[tuple[str, str]], model: type[BaseModel]) -> BaseModel:
+    """The non-file fields of a multipart form, as ``model``.
+
+    ``acl`` may come as repeated parts, one principal each, or as one part holding a JSON list or
+    comma-separated principals; ``attributes`` is JSON text. Any other repeated field: the last wins.
+    """
     data: dict[str, Any] = {}
-    for key, raw in form.items():
-        if raw == "":
+    acl = [raw for key, raw in fields if key == "acl"]
+    for key, raw in fields:
+        if raw == "" or key == "acl":
             continue  # an empty field means the default, as an absent one does
-        if key == "attributes":
-            data[key] = _form_json(raw, key)
-        elif key == "acl":
-            data[key] = _form_json(raw, key) if raw.lstrip().startswith("[") else _comma_list(raw)
-        else:
-            data[key] = raw
+        data[key] = _form_json(raw, key) if key == "attributes" else raw
+    if len(acl) > 1:
+        data["acl"] = acl
+    elif acl and acl[0] != "":
+        data["acl"] = _form_json(acl[0], "acl") if acl[0].lstrip().startswith("[") else _comma_list(acl[0])
     return validate(check_json_value(data, "", MAX_JSON_DEPTH), model)
 
 
@@ -76,7 +80,8 @@ def describe(exc: ValidationError) -> str:
 
 
 def _message(field: str, err: Any) -> str:
-    if err["type"] == "string_too_short" and err.get("ctx", {}).get("min_length") == 1:
+    blank = err["type"] == "string_too_short" and err.get("ctx", {}).get("min_length") == 1
+    if blank or (err["type"] == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == NOT_BLANK):
         return f"{field} must be a non-empty string"  # the engine's words for the same refusal
     return f"{field}: {err['msg']}"
 

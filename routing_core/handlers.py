@@ -115,7 +115,7 @@ async def search(call: Call) -> CoreResponse:
     result = await call.engine.search(
         body.query,
         source_ids=body.source_ids,
-        document_ids=body.document_ids,
+        document_ids=None if body.document_ids is None else [str(i) for i in body.document_ids],
         principals=call.who.principals_arg(),
         top_k=body.top_k,
     )

@@ -259,7 +259,7 @@ def lifecycle(router: Router, adapter: SyncRequest | AsyncRequest) -> Steps:
             if not fields and not files:
                 raise malformed_multipart()
             request.form, request.files = dict(fields), dict(files)
-            call.body = parse_form_fields(request.form, route.form_model)
+            call.body = parse_form_fields(fields, route.form_model)
         elif route.request_model is not None:
             request.body = yield ReadBody()
             call.body = parse_json_body(request.body, adapter.content_type, route.request_model, router.max_json_bytes)

@@ -18,8 +18,9 @@ from context_engine.limits import (
     MAX_NAME_CHARS,
     MAX_SOURCE_ID_CHARS,
 )
+from routing_core.http import JSON_TYPE
 from routing_core.routes import ROUTES, Route
-from routing_core.schemas import ErrorBody
+from routing_core.schemas import NOT_BLANK, ErrorBody
 
 _ERRORS = {
     "400": "Invalid request (empty query, bound out of range, bad JSON or a wrong field type)",
@@ -35,25 +36,33 @@ _ERRORS = {
 }
 
 
+#: one principal in its own part: not blank (as ``NOT_BLANK``), no comma, not starting with ``[``
+ACL_PART = r"^[^\s\u001c-\u001f\u0085\ufeff,\[][^,]*$"
 #: the multipart form of an upload; its fields carry the limits of the JSON body's (``IngestFields``)
 _FORM = {
     "type": "object",
     "required": ["file"],
+    "additionalProperties": False,
     "properties": {
         "file": {"type": "string", "format": "binary"},
-        "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
-        "source_id": {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS},
+        "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_BLANK},
+        "source_id": {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS, "pattern": NOT_BLANK},
         "acl": {
-            "type": "string",
-            "description": f"a JSON list or comma-separated principals, at most {MAX_ACL_ENTRIES}, each 1 to "
-            f"{MAX_ACL_ENTRY_CHARS} characters",
+            "type": "array",
+            # one part per principal; a single part is read as a JSON list or as comma-separated principals
+            "items": {"type": "string", "maxLength": MAX_ACL_ENTRY_CHARS, "pattern": ACL_PART},
+            "maxItems": MAX_ACL_ENTRIES,
+            "description": "the principals: one part each; a single part may also hold a JSON list or "
+            "comma-separated principals",
         },
         "attributes": {
-            "type": "string",
+            "type": "object",
             "description": f"a JSON object nested at most {MAX_ATTRIBUTES_DEPTH} levels deep",
         },
     },
 }
+#: acl and attributes travel as JSON text in their parts
+_FORM_ENCODING = {"acl": {"contentType": JSON_TYPE}, "attributes": {"contentType": JSON_TYPE}}
 _UNSUPPORTED = (
     "Unsupported media type: a body is read as JSON only when sent as application/json (or application/*+json)"
 )
@@ -94,7 +103,7 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
         if route.request_model is not None:
             content: dict[str, Any] = {"application/json": {"schema": ref(route.request_model)}}
             if route.multipart:
-                content["multipart/form-data"] = {"schema": _FORM}
+                content["multipart/form-data"] = {"schema": _FORM, "encoding": _FORM_ENCODING}
             op["requestBody"] = {"required": True, "content": content}
         responses: dict[str, Any] = {}
         if route.response_model is not None:

@@ -28,6 +28,7 @@ from routing_core.call import Call
 from routing_core.http import CoreResponse
 from routing_core.params import QueryParam
 from routing_core.schemas import (
+    NOT_BLANK,
     DeletedBody,
     Document,
     DocumentPage,
@@ -46,7 +47,7 @@ from routing_core.schemas import (
 )
 
 LIMIT_SCHEMA = {"type": "integer", "minimum": LIST_LIMIT_MIN, "maximum": LIST_LIMIT_MAX}
-SOURCE_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS}
+SOURCE_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS, "pattern": NOT_BLANK}
 
 Handler = Callable[[Call], Awaitable[CoreResponse]]
 #: reads a per-route number from the engine's configuration (``None``: no limit)

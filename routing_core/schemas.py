@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StringConstraints
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from context_engine.knowledge.models import KnowledgeResult
 from context_engine.limits import (
@@ -20,6 +22,7 @@ from context_engine.limits import (
     MAX_QUERY_CHARS,
     MAX_SOURCE_ID_CHARS,
     SEARCH_TOP_K_DEFAULT,
+    SEARCH_TOP_K_MAX,
 )
 from context_engine.models import Document, DocumentPage, IngestReport, SearchResult, Stats
 from context_engine.validation import check_json_object
@@ -36,16 +39,31 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+def _json_integer(value: Any) -> Any:
+    """An integer as JSON Schema reads one: ``5`` or ``5.0``, never ``"5"`` or ``true``."""
+    if isinstance(value, str | bool):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+
 def _check_attributes(value: dict[str, Any]) -> dict[str, Any]:
     return check_json_object(value, "attributes", MAX_ATTRIBUTES_DEPTH)
 
 
-Principal = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ACL_ENTRY_CHARS)]
+#: a string holding a character that is not white space: what Python's ``str.strip`` (the engine's
+#: test) leaves, written so JSON Schema, pydantic and Python regular expressions all read it alike
+NOT_BLANK = r"[^\s\u001c-\u001f\u0085\ufeff]"
+#: a principal holds at least one character that is not white space
+Principal = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ACL_ENTRY_CHARS, pattern=NOT_BLANK)]
 Acl = Annotated[list[Principal], Field(max_length=MAX_ACL_ENTRIES)]
 FilterIds = Annotated[list[str], Field(max_length=MAX_FILTER_IDS)]
-Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
-Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
-SourceId = Annotated[str, Field(min_length=1, max_length=MAX_SOURCE_ID_CHARS)]
+DocumentIds = Annotated[list[UUID], Field(max_length=MAX_FILTER_IDS)]
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=NOT_BLANK)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=NOT_BLANK)]
+SourceId = Annotated[str, Field(min_length=1, max_length=MAX_SOURCE_ID_CHARS, pattern=NOT_BLANK)]
 Attributes = Annotated[
     dict[str, Any],
     AfterValidator(_check_attributes),
@@ -66,7 +84,7 @@ class IngestFields(BaseModel):
 class IngestTextBody(IngestFields):
     """``POST /documents`` as JSON: a text document."""
 
-    text: str = Field(min_length=1)
+    text: str = Field(min_length=1, pattern=NOT_BLANK)
 
 
 class IngestFailed(IngestReport):
@@ -80,10 +98,14 @@ class SearchBody(BaseModel):
 
     model_config = _STRICT
     query: Query
-    #: at least 1; the ceiling is the engine's ``search.max_top_k`` (100 by default), checked there
-    top_k: int = Field(default=SEARCH_TOP_K_DEFAULT, strict=True, json_schema_extra={"minimum": 1})
+    #: the ceiling is the engine's ``search.max_top_k``; the document states its default
+    top_k: JsonInt = Field(
+        default=SEARCH_TOP_K_DEFAULT,
+        json_schema_extra={"minimum": 1, "maximum": SEARCH_TOP_K_MAX},
+        description=f"how many hits, 1 to search.max_top_k ({SEARCH_TOP_K_MAX} unless configured otherwise)",
+    )
     source_ids: FilterIds | None = None
-    document_ids: FilterIds | None = None
+    document_ids: DocumentIds | None = None
 
 
 class KnowledgeQueryBody(BaseModel):
@@ -91,9 +113,8 @@ class KnowledgeQueryBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=False)
     query: Query = Field(description="the question; must not be empty")
-    top_k: int = Field(
+    top_k: JsonInt = Field(
         default=KNOWLEDGE_TOP_K_DEFAULT,
-        strict=True,
         ge=1,
         le=KNOWLEDGE_TOP_K_MAX,
         description="how many passages to return",

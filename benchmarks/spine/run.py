@@ -1,12 +1,12 @@
 """Spine benchmark: ingest throughput and search latency, direct and through each adapter.
 
 Ingests N short generated documents into a fresh embedded PostgreSQL with the local embedding
-model, then runs Q searches directly on the engine and Q more through FastAPI, Flask and Django
-served over real HTTP on 127.0.0.1. Prints documents/s (with and without the time spent inside
-the embedding model), search p50/p95 in milliseconds, and for each adapter whether its p50 stays
-within the budget of 1.2 x the direct p50 + 3 ms measured in the same run. ``GET /health`` through
-each adapter (no engine call, no database) shows the floor: what the HTTP server, the framework
-and the request lifecycle cost on their own.
+model, then runs each of Q searches directly on the engine and through FastAPI, Flask and Django
+served over real HTTP on 127.0.0.1, interleaved query by query so every path sees the same load.
+Prints documents/s (with and without the time spent inside the embedding model), search p50/p95 in
+milliseconds, and for each adapter whether its p50 stays within the budget of 1.2 x the direct
+p50 + 3 ms. ``GET /health`` through each adapter (no engine call, no database) shows the floor:
+what the HTTP server, the framework and the request lifecycle cost on their own.
 
     .venv/bin/python benchmarks/spine/run.py [--docs 2000] [--queries 200]
 """
@@ -150,61 +150,68 @@ async def main() -> None:
                 await engine.ingest(text=_doc(rng, i), name=f"note-{i}", acl=acl)
             total = time.perf_counter() - started
             queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(args.queries)]
-            direct: list[float] = []
-            stages: dict[str, list[float]] = {}
-            for q in queries:
-                t0 = time.perf_counter()
-                result = await engine.search(q, principals=["group:1", "group:2"], top_k=10)
-                direct.append(time.perf_counter() - t0)
-                for stage, ms in result.usage["timings_ms"].items():
-                    stages.setdefault(stage, []).append(ms)
             without = args.docs / (total - embedder.seconds)
             print(f"machine: {os.cpu_count()} cores")
             print(
                 f"ingest: {args.docs} documents in {total:.1f} s = {args.docs / total:.1f} docs/s; "
                 f"embedding took {embedder.seconds:.1f} s; without it {without:.1f} docs/s"
             )
-            print()
-            print("| path                     |     n |  p50 ms  |  p95 ms  |")
-            print("|--------------------------|-------|----------|----------|")
-            print(_row("engine.search (direct)", direct))
-            medians = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in stages.items())
-            print(f"\nmedian ms per stage of the direct searches (legs run concurrently): {medians}\n")
-            loop = asyncio.get_running_loop()
-            budget = 1.2 * statistics.median(direct) * 1000 + 3.0
-            verdicts = []
-            for port, (name, (kind, app)) in enumerate(_apps(engine).items(), start=18731):
-                server = _serve_uvicorn(app, port) if kind == "asgi" else _serve_wsgi(app, port)
-                await asyncio.sleep(1.0)
-                times, floor = await loop.run_in_executor(None, _http_searches, port, queries)
-                print(_row(f"{name} over HTTP", times))
-                print(_row(f"{name} GET /health", floor))
-                p50 = statistics.median(times) * 1000
-                verdicts.append(f"{name} {p50:.1f} ms ({'within' if p50 <= budget else 'OVER'})")
-                if kind == "asgi":
-                    server.should_exit = True
-                else:
-                    server.shutdown()
-            print(f"\nbudget 1.2 x direct p50 + 3 ms = {budget:.1f} ms: " + "; ".join(verdicts))
+            await _searches(engine, queries)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _http_searches(port: int, queries: list[str]) -> tuple[list[float], list[float]]:
-    """Search latencies, then as many ``GET /health`` latencies, over one kept-alive connection."""
-    times: list[float] = []
-    floor: list[float] = []
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-        client.post("/search", json={"query": "warm up"}).raise_for_status()
+async def _searches(engine: ContextEngine, queries: list[str]) -> None:
+    """Each query directly, then through each adapter, interleaved so all paths see the same load."""
+    servers: list[tuple[str, Any]] = []
+    clients: dict[str, httpx.AsyncClient] = {}
+    for port, (name, (kind, app)) in enumerate(_apps(engine).items(), start=18731):
+        servers.append((kind, _serve_uvicorn(app, port) if kind == "asgi" else _serve_wsgi(app, port)))
+        clients[name] = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    await asyncio.sleep(1.0)
+    direct: list[float] = []
+    stages: dict[str, list[float]] = {}
+    over_http: dict[str, list[float]] = {name: [] for name in clients}
+    floor: dict[str, list[float]] = {name: [] for name in clients}
+    try:
+        for client in clients.values():  # each mount opens its own pool on its own loop: not timed
+            (await client.post("/search", json={"query": "warm up"})).raise_for_status()
         for q in queries:
             t0 = time.perf_counter()
-            client.post("/search", json={"query": q, "top_k": 10}).raise_for_status()
-            times.append(time.perf_counter() - t0)
-        for _ in queries:
-            t0 = time.perf_counter()
-            client.get("/health").raise_for_status()
-            floor.append(time.perf_counter() - t0)
-    return times, floor
+            result = await engine.search(q, principals=["group:1", "group:2"], top_k=10)
+            direct.append(time.perf_counter() - t0)
+            for stage, ms in result.usage["timings_ms"].items():
+                stages.setdefault(stage, []).append(ms)
+            for name, client in clients.items():
+                t0 = time.perf_counter()
+                (await client.post("/search", json={"query": q, "top_k": 10})).raise_for_status()
+                over_http[name].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                (await client.get("/health")).raise_for_status()
+                floor[name].append(time.perf_counter() - t0)
+    finally:
+        for client in clients.values():
+            await client.aclose()
+        for kind, server in servers:
+            if kind == "asgi":
+                server.should_exit = True
+            else:
+                server.shutdown()
+    print()
+    print("| path                     |     n |  p50 ms  |  p95 ms  |")
+    print("|--------------------------|-------|----------|----------|")
+    print(_row("engine.search (direct)", direct))
+    for name in clients:
+        print(_row(f"{name} over HTTP", over_http[name]))
+        print(_row(f"{name} GET /health", floor[name]))
+    medians = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in stages.items())
+    print(f"\nmedian ms per stage of the direct searches (legs run concurrently): {medians}")
+    budget = 1.2 * statistics.median(direct) * 1000 + 3.0
+    verdicts = []
+    for name, times in over_http.items():
+        p50 = statistics.median(times) * 1000
+        verdicts.append(f"{name} {p50:.1f} ms ({'within' if p50 <= budget else 'OVER'})")
+    print(f"budget 1.2 x direct p50 + 3 ms = {budget:.1f} ms: " + "; ".join(verdicts))
 
 
 if __name__ == "__main__":
