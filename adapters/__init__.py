@@ -1,9 +1,10 @@
 """Thin mounts of the routes in FastAPI, Flask and Django; all behaviour lives in ``routing_core``.
 
-Each adapter only translates: its framework's request into a ``routing_core.CoreRequest`` and the
-``CoreResponse`` back. ``adapters._shared`` pins the few translation choices a framework would
-otherwise make its own way (URL matching, when a body is read, body caps, malformed multipart, the
-thread the host's callables run in, JSON encoding), so the three mounts answer byte-for-byte alike.
+Each adapter only translates: it subclasses ``routing_core.lifecycle.SyncRequest`` or
+``AsyncRequest`` with its framework's way of reading headers, the body and a multipart form (and
+its refusals), and writes the encoded ``CoreResponse`` back. The sequence of a request (match,
+auth, caps, body, dispatch, errors, JSON encoding) is ``routing_core.lifecycle``'s alone, so the
+three mounts answer byte-for-byte alike.
 
 - ``adapters.fastapi.create_router`` -> ``APIRouter``; ``app.include_router(router, prefix="/context")``
 - ``adapters.flask.create_flask_blueprint`` -> ``Blueprint``; ``app.register_blueprint(bp, url_prefix="/context")``

@@ -1,32 +1,31 @@
 """Mount the routes in Flask: ``app.register_blueprint(create_flask_blueprint(engine, ...), url_prefix="/context")``.
 
-Plain sync views: each runs ``Router.handle`` on the one shared background loop of
-``routing_core.sync_bridge`` (the engine's pool belongs to a loop, so a loop per request would
-mean connections per request). One URL rule per path of ``routing_core.ROUTES``, then a
-catch-all, so 404 and 405 under the mount come from the router in the JSON error contract.
+One catch-all view hands every path and method under the mount to ``routing_core``, which matches
+the route (answering 404 and 405 itself). Requests are served by
+``routing_core.lifecycle.serve_sync`` in Flask's request thread; the engine runs on the one shared
+loop of ``routing_core.sync_bridge`` (a loop per request would mean connections per request).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 import flask
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.formparser import FormDataParser
 from werkzeug.routing import PathConverter
 
-from adapters import _shared
 from context_engine import ContextEngine
-from routing_core import sync_bridge
-from routing_core.http import CoreRequest, CoreResponse, Upload
-from routing_core.router import DEFAULT_MAX_JSON_BYTES, AuthCallable, PrincipalsCallable
+from routing_core import http
+from routing_core.lifecycle import Form, SyncRequest, serve_sync
+from routing_core.router import AuthCallable, MountOptions, PrincipalsCallable, Router
 
 #: URL converter registered on the host app: like ``path`` but also matching ``//`` and a leading ``/``
 _REST_CONVERTER = "context_engine_rest"
 
 
 class _RestConverter(PathConverter):
-    regex = ".*?"
+    regex = r"[\s\S]*?"  # any character, a newline too
     part_isolating = False  # werkzeug would infer True from a regex without "/"
 
 
@@ -38,107 +37,63 @@ class _StrictFormDataParser(FormDataParser):
         super().__init__(*args, **kwargs)
 
 
+class _Request(SyncRequest):
+    def read_body(self) -> bytes:
+        return _reading(lambda: self.native.get_data(cache=True))
+
+    def read_form(self) -> Form:
+        self.native.form_data_parser_class = _StrictFormDataParser
+        form, files = _reading(lambda: (self.native.form, self.native.files))
+        uploads = [
+            (key, http.Upload(name, storage.content_type, storage.stream))
+            for key, storage in files.items(multi=True)
+            if (name := http.upload_name(storage.filename)) is not None
+        ]
+        return list(form.items(multi=True)), uploads
+
+
+def _reading(read: Any) -> Any:
+    """Werkzeug's refusals while reading a body, as the error contract."""
+    try:
+        return read()
+    except ValueError:  # the strict form parser
+        raise http.malformed_multipart() from None
+    except RequestEntityTooLarge:  # the host's MAX_CONTENT_LENGTH or MAX_FORM_MEMORY_SIZE
+        raise http.framework_too_large() from None
+    except HTTPException:
+        raise http.unreadable_body() from None
+
+
 def create_flask_blueprint(
     engine: ContextEngine,
     *,
     auth: AuthCallable,
     principals: PrincipalsCallable,
     name: str = "context_engine",
-    max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
-    redaction: Any = None,
-    redaction_secret_key: Any = None,
+    **options: Unpack[MountOptions],
 ) -> flask.Blueprint:
     """The routes as a ``Blueprint``; ``auth`` and ``principals`` receive Flask's request object."""
-    mount = _shared.Mount(
-        engine,
-        auth=auth,
-        principals=principals,
-        max_json_bytes=max_json_bytes,
-        redaction=redaction,
-        redaction_secret_key=redaction_secret_key,
-    )
+    router = Router(engine, auth=auth, principals=principals, **options)
+
+    def view(path: str) -> flask.Response:
+        native = flask.request._get_current_object()  # type: ignore[attr-defined]
+        query = http.multi(native.args.items(multi=True))
+        request = _Request(native, native.method, "/" + path, http.header_map(native.headers.items()), query)
+        status, body, headers = http.encode(serve_sync(router, request))
+        return flask.Response(body, status=status, headers=headers, mimetype=http.JSON_TYPE)
+
     bp = flask.Blueprint(name, __name__)
     bp.record_once(lambda state: state.app.url_map.converters.setdefault(_REST_CONVERTER, _RestConverter))
-    # no automatic OPTIONS and no slash redirects: every request under the mount reaches a view
-    rule_options: dict[str, Any] = {"provide_automatic_options": False, "merge_slashes": False}
-
-    for template, methods in mount.templates():
-        endpoint = template.strip("/").replace("/", "_").replace("{", "").replace("}", "")
-        bp.add_url_rule(
-            template.replace("{", "<").replace("}", ">"),
-            endpoint=endpoint,
-            view_func=_route_view(mount, template),
-            methods=methods,
-            **rule_options,
-        )
-
-    def catch_all(path: str) -> flask.Response:
-        return _serve(mount, _shared.rest_path(path))
-
+    # no automatic OPTIONS and no slash redirects: every request under the mount reaches the view
     bp.add_url_rule(
         f"/<{_REST_CONVERTER}:path>",
         endpoint="catch_all",
-        view_func=catch_all,
-        methods=_shared.ALL_METHODS,
-        **rule_options,
+        view_func=view,
+        methods=http.ALL_METHODS,
+        provide_automatic_options=False,
+        merge_slashes=False,
     )
     return bp
-
-
-def _route_view(mount: _shared.Mount, template: str) -> Any:
-    def view(**params: str) -> flask.Response:
-        return _serve(mount, _shared.fill(template, params))
-
-    return view
-
-
-def _serve(mount: _shared.Mount, path: str) -> flask.Response:
-    request = flask.request._get_current_object()  # type: ignore[attr-defined]
-    method = request.method
-    core = CoreRequest(
-        method=method,
-        path=path,
-        headers=_shared.headers(request.headers.items()),
-        query=_shared.multi(request.args.items(multi=True)),
-    )
-    route = mount.match(method, path)
-    if route is None:
-        return _respond(sync_bridge.run(mount.router.handle(core)))
-    core.native = prepared = mount.prepare_sync(request)
-    if not prepared.admitted:
-        return _respond(sync_bridge.run(mount.router.handle(core)))
-
-    refused = mount.precheck(route, request.content_type, request.content_length)
-    if refused is not None:
-        return _respond(refused)
-    try:
-        if mount.wants_form(route, request.content_type):
-            request.form_data_parser_class = _StrictFormDataParser
-            try:
-                form, files = request.form, request.files
-            except ValueError:
-                return _respond(_shared.malformed_multipart())
-            uploads: list[tuple[str, Upload]] = []
-            for key, storage in files.items(multi=True):
-                filename = _shared.upload_name(storage.filename)
-                if filename is not None:
-                    uploads.append((key, Upload(filename, storage.content_type, storage.stream)))
-            fields = list(form.items(multi=True))
-            if not fields and not uploads:
-                return _respond(_shared.malformed_multipart())
-            core.form, core.files = _shared.last(fields), _shared.last(uploads)
-        elif mount.wants_body(route):
-            core.body = request.get_data(cache=True)
-    except RequestEntityTooLarge:  # the host's MAX_CONTENT_LENGTH or MAX_FORM_MEMORY_SIZE
-        return _respond(_shared.framework_too_large())
-    except HTTPException:  # any other refusal werkzeug raises while reading the body
-        return _respond(_shared.unreadable_body())
-    return _respond(sync_bridge.run(mount.router.handle(core)))
-
-
-def _respond(response: CoreResponse) -> flask.Response:
-    status, body, headers = _shared.encode(response)
-    return flask.Response(body, status=status, headers=headers, mimetype=_shared.JSON_TYPE)
 
 
 __all__ = ["create_flask_blueprint"]

@@ -27,6 +27,7 @@ from context_engine.errors import (
 from context_engine.hooks import Hooks
 from context_engine.ingest.pipeline import Ingestor, open_source
 from context_engine.knowledge.models import AgentLinks, KnowledgeResult
+from context_engine.limits import KNOWLEDGE_TOP_K_MAX, MAX_QUERY_CHARS
 from context_engine.models import (
     FAILURE_MESSAGES,
     Document,
@@ -48,8 +49,6 @@ from context_engine.storage.predicates import ReadScope
 log = logging.getLogger("context_engine")
 
 FileInput = bytes | str | os.PathLike[str] | IO[bytes]
-MAX_QUERY_CHARS = 4000
-KNOWLEDGE_MAX_TOP_K = 20
 _EMBED_BATCH = 64
 
 
@@ -368,7 +367,7 @@ class ContextEngine:
         from context_engine.knowledge.pipeline import knowledge_query
 
         query = _check_query(query)
-        top_k = _check_top_k(top_k, KNOWLEDGE_MAX_TOP_K)
+        top_k = _check_top_k(top_k, KNOWLEDGE_TOP_K_MAX)
         if not isinstance(expand, bool) or not isinstance(rerank, bool):
             raise InvalidRequest("expand and rerank must be booleans")
         caller = resolve(principals)  # type: ignore[arg-type]

@@ -11,8 +11,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from routing_core.router import ROUTES
-from routing_core.schemas import ErrorBody
+from context_engine.limits import (
+    MAX_ACL_ENTRIES,
+    MAX_ACL_ENTRY_CHARS,
+    MAX_ATTRIBUTES_DEPTH,
+    MAX_NAME_CHARS,
+    MAX_SOURCE_ID_CHARS,
+)
+from routing_core.http import JSON_TYPE
+from routing_core.routes import ROUTES, Route
+from routing_core.schemas import NOT_BLANK, ErrorBody
 
 _ERRORS = {
     "400": "Invalid request (empty query, bound out of range, bad JSON or a wrong field type)",
@@ -26,6 +34,47 @@ _ERRORS = {
     "502": "An outbound provider (embeddings) failed",
     "503": "The database is unavailable",
 }
+
+
+#: one principal in its own part: not blank (as ``NOT_BLANK``), no comma, not starting with ``[``
+ACL_PART = r"^[^\s\u001c-\u001f\u0085\ufeff,\[][^,]*$"
+#: the multipart form of an upload; its fields carry the limits of the JSON body's (``IngestFields``)
+_FORM = {
+    "type": "object",
+    "required": ["file"],
+    "additionalProperties": False,
+    "properties": {
+        "file": {"type": "string", "format": "binary"},
+        "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_BLANK},
+        "source_id": {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS, "pattern": NOT_BLANK},
+        "acl": {
+            "type": "array",
+            # one part per principal; a single part is read as a JSON list or as comma-separated principals
+            "items": {"type": "string", "maxLength": MAX_ACL_ENTRY_CHARS, "pattern": ACL_PART},
+            "maxItems": MAX_ACL_ENTRIES,
+            "description": "the principals: one part each; a single part may also hold a JSON list or "
+            "comma-separated principals",
+        },
+        "attributes": {
+            "type": "object",
+            "description": f"a JSON object nested at most {MAX_ATTRIBUTES_DEPTH} levels deep",
+        },
+    },
+}
+#: acl and attributes travel as JSON text in their parts
+_FORM_ENCODING = {"acl": {"contentType": JSON_TYPE}, "attributes": {"contentType": JSON_TYPE}}
+_UNSUPPORTED = (
+    "Unsupported media type: a body is read as JSON only when sent as application/json (or application/*+json)"
+)
+_DESCRIPTION = (
+    "Permission-aware retrieval over the host's PostgreSQL. Every route but two runs the host's own "
+    "authentication and resolves the caller's principals; the ACL is enforced inside each query. "
+    "GET /health (liveness) and GET /ready (database and schema) are operational and unauthenticated: "
+    "they answer a status and nothing else (a failed readiness check is logged, not explained). "
+    'Every failure is the JSON error contract {"error": {"code", "message"}}; POST /documents answers '
+    "201 when it stored a document, 200 when the content was unchanged, and 422 when nothing was stored, "
+    "with the error contract beside the report."
+)
 
 
 def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict[str, Any]:
@@ -43,31 +92,18 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
     for route in ROUTES:
         op: dict[str, Any] = {"summary": route.summary, "operationId": route.handler}
         params = [
-            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
-            for n in route.pattern.groupindex
+            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in route.pattern.groupindex
         ]
         params += [
-            {"name": n, "in": "query", "required": False, "description": d, "schema": {"type": t}}
-            for n, t, d in route.query_params
+            {"name": n, "in": "query", "required": False, "description": d, "schema": schema}
+            for n, schema, d in route.query_params
         ]
         if params:
             op["parameters"] = params
         if route.request_model is not None:
             content: dict[str, Any] = {"application/json": {"schema": ref(route.request_model)}}
             if route.multipart:
-                content["multipart/form-data"] = {
-                    "schema": {
-                        "type": "object",
-                        "required": ["file"],
-                        "properties": {
-                            "file": {"type": "string", "format": "binary"},
-                            "name": {"type": "string"},
-                            "source_id": {"type": "string"},
-                            "acl": {"type": "string", "description": "JSON list or comma-separated principals"},
-                            "attributes": {"type": "string", "description": "JSON object"},
-                        },
-                    }
-                }
+                content["multipart/form-data"] = {"schema": _FORM, "encoding": _FORM_ENCODING}
             op["requestBody"] = {"required": True, "content": content}
         responses: dict[str, Any] = {}
         if route.response_model is not None:
@@ -75,16 +111,47 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
                 "description": "Success",
                 "content": {"application/json": {"schema": ref(route.response_model)}},
             }
+        for status, description, model in route.responses:
+            responses[str(status)] = {
+                "description": description,
+                "content": {"application/json": {"schema": ref(model)}},
+            }
         for status, description in _ERRORS.items():
-            responses[status] = {"description": description, "content": {"application/json": {"schema": error_ref}}}
+            responses.setdefault(
+                status, {"description": description, "content": {"application/json": {"schema": error_ref}}}
+            )
+        if route.request_model is not None:
+            responses["415"] = {"description": _UNSUPPORTED, "content": {"application/json": {"schema": error_ref}}}
         op["responses"] = responses
         paths.setdefault(route.path, {})[route.method.lower()] = op
     return {
         "openapi": "3.1.0",
-        "info": {"title": title, "version": version},
+        "info": {"title": title, "version": version, "description": _DESCRIPTION},
         "paths": paths,
         "components": {"schemas": dict(sorted(schemas.items()))},
     }
+
+
+def host_operation(spec: dict[str, Any], route: Route) -> dict[str, Any]:
+    """One operation of ``spec`` for a host framework's own OpenAPI, schemas inlined.
+
+    A FastAPI host's ``/docs`` then shows what ``openapi/openapi.json`` says, with no ``$ref``
+    pointing into components the host does not have.
+    """
+    operation = spec["paths"][route.path][route.method.lower()]
+    docs = {key: operation[key] for key in ("parameters", "requestBody", "responses") if key in operation}
+    return _inline(docs, spec["components"]["schemas"])
+
+
+def _inline(node: Any, schemas: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            return _inline(schemas[ref.rsplit("/", 1)[1]], schemas)
+        return {key: _inline(value, schemas) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inline(value, schemas) for value in node]
+    return node
 
 
 def render() -> str:

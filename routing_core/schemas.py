@@ -2,64 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
+from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StringConstraints
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from context_engine.knowledge.models import KnowledgeResult
+from context_engine.limits import (
+    KNOWLEDGE_TOP_K_DEFAULT,
+    KNOWLEDGE_TOP_K_MAX,
+    MAX_ACL_ENTRIES,
+    MAX_ACL_ENTRY_CHARS,
+    MAX_AGENT_ID_CHARS,
+    MAX_ATTRIBUTES_DEPTH,
+    MAX_FILTER_IDS,
+    MAX_NAME_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_SOURCE_ID_CHARS,
+    SEARCH_TOP_DOCUMENTS_MAX,
+    SEARCH_TOP_K_DEFAULT,
+    SEARCH_TOP_K_MAX,
+)
 from context_engine.models import Document, DocumentPage, IngestReport, SearchResult, Stats
+from context_engine.validation import check_json_object
 
 _STRICT = ConfigDict(extra="forbid")
-
-
-class IngestTextBody(BaseModel):
-    """``POST /documents`` as JSON: a text document."""
-
-    model_config = _STRICT
-    text: str = Field(min_length=1)
-    name: str | None = Field(default=None, min_length=1, max_length=1000)
-    source_id: str = Field(default="default", min_length=1, max_length=500)
-    acl: list[str] | None = None
-    attributes: dict[str, Any] | None = None
-
-
-class SearchBody(BaseModel):
-    """``POST /search``."""
-
-    model_config = _STRICT
-    query: str
-    top_k: int = 10
-    source_ids: list[str] | None = None
-    document_ids: list[str] | None = None
-
-
-class KnowledgeQueryBody(BaseModel):
-    """``POST /knowledge/query``: camelCase on the wire, unknown fields refused."""
-
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=False)
-    query: str = Field(description="the question; must not be empty", json_schema_extra={"minLength": 1})
-    top_k: int = Field(default=5, ge=1, le=20, description="how many passages to return")
-    agent_id: str | None = Field(
-        default=None, min_length=1, max_length=200, description="restrict to the sources linked to this agent"
-    )
-    expand: bool = Field(default=True, description="let the model split a compound question into sub-queries")
-    rerank: bool = Field(default=True, description="let the model re-score the fused candidates (guarded)")
-
-
-class UpdateDocumentBody(BaseModel):
-    """``PATCH /documents/{id}``: only the fields given change."""
-
-    model_config = _STRICT
-    acl: list[str] | None = None
-    attributes: dict[str, Any] | None = None
-    name: str | None = Field(default=None, min_length=1, max_length=1000)
-
-
-class DeletedBody(BaseModel):
-    id: str
-    deleted: bool
-    revision: int
 
 
 class ErrorDetail(BaseModel):
@@ -71,11 +40,132 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+def _json_integer(value: Any) -> Any:
+    """An integer as JSON Schema reads one: ``5`` or ``5.0``, never ``"5"`` or ``true``."""
+    if isinstance(value, str | bool):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+
+def _check_attributes(value: dict[str, Any]) -> dict[str, Any]:
+    return check_json_object(value, "attributes", MAX_ATTRIBUTES_DEPTH)
+
+
+#: a string holding a character that is not white space: what Python's ``str.strip`` (the engine's
+#: test) leaves, written so JSON Schema, pydantic and Python regular expressions all read it alike
+NOT_BLANK = r"[^\s\u001c-\u001f\u0085\ufeff]"
+#: a principal holds at least one character that is not white space
+Principal = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ACL_ENTRY_CHARS, pattern=NOT_BLANK)]
+Acl = Annotated[list[Principal], Field(max_length=MAX_ACL_ENTRIES)]
+FilterIds = Annotated[list[str], Field(max_length=MAX_FILTER_IDS)]
+DocumentIds = Annotated[list[UUID], Field(max_length=MAX_FILTER_IDS)]
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=NOT_BLANK)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=NOT_BLANK)]
+SourceId = Annotated[str, Field(min_length=1, max_length=MAX_SOURCE_ID_CHARS, pattern=NOT_BLANK)]
+Attributes = Annotated[
+    dict[str, Any],
+    AfterValidator(_check_attributes),
+    Field(description=f"a JSON object nested at most {MAX_ATTRIBUTES_DEPTH} levels deep"),
+]
+
+
+class IngestFields(BaseModel):
+    """What ``POST /documents`` says about a document besides its content (JSON fields or form fields)."""
+
+    model_config = _STRICT
+    name: Name | None = None
+    source_id: SourceId = "default"
+    acl: Acl | None = None
+    attributes: Attributes | None = None
+
+
+class IngestTextBody(IngestFields):
+    """``POST /documents`` as JSON: a text document."""
+
+    text: str = Field(min_length=1, pattern=NOT_BLANK)
+
+
+class IngestFailed(IngestReport):
+    """``POST /documents`` when nothing was stored: the error contract beside the report."""
+
+    error: ErrorDetail
+
+
+class SearchBody(BaseModel):
+    """``POST /search``."""
+
+    model_config = _STRICT
+    query: Query
+    #: the ceiling is the engine's ``search.max_top_k``; the document states its default
+    top_k: JsonInt = Field(
+        default=SEARCH_TOP_K_DEFAULT,
+        json_schema_extra={"minimum": 1, "maximum": SEARCH_TOP_DOCUMENTS_MAX},
+        description=(
+            f"how many hits: passages 1 to search.max_top_k ({SEARCH_TOP_K_MAX} unless configured otherwise); "
+            f"with group_by document, documents 1 to search.max_top_documents ({SEARCH_TOP_DOCUMENTS_MAX})"
+        ),
+    )
+    source_ids: FilterIds | None = None
+    document_ids: DocumentIds | None = None
+    group_by: Literal["chunk", "document"] = Field(
+        default="chunk",
+        description="chunk: the best passages; document: top_k counts distinct documents, each with its best passages",
+    )
+
+
+class KnowledgeQueryBody(BaseModel):
+    """``POST /knowledge/query``: camelCase on the wire, unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=False)
+    query: Query = Field(description="the question; must not be empty")
+    top_k: JsonInt = Field(
+        default=KNOWLEDGE_TOP_K_DEFAULT,
+        ge=1,
+        le=KNOWLEDGE_TOP_K_MAX,
+        description="how many passages to return",
+    )
+    agent_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_AGENT_ID_CHARS,
+        description="restrict to the sources linked to this agent",
+    )
+    expand: StrictBool = Field(default=True, description="let the model split a compound question into sub-queries")
+    rerank: StrictBool = Field(default=True, description="let the model re-score the fused candidates (guarded)")
+
+
+class UpdateDocumentBody(BaseModel):
+    """``PATCH /documents/{id}``: only the fields given change."""
+
+    model_config = _STRICT
+    acl: Acl | None = None
+    attributes: Attributes | None = None
+    name: Name | None = None
+
+
+class Health(BaseModel):
+    """``GET /health`` and ``GET /ready``: the status and nothing else."""
+
+    status: Literal["ok", "ready"]
+
+
+class DeletedBody(BaseModel):
+    id: str
+    deleted: bool
+    revision: int
+
+
 __all__ = [
     "DeletedBody",
     "Document",
     "DocumentPage",
     "ErrorBody",
+    "Health",
+    "IngestFailed",
+    "IngestFields",
     "IngestReport",
     "IngestTextBody",
     "KnowledgeQueryBody",

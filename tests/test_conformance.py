@@ -47,6 +47,7 @@ HOLIDAYS = (
     b"<p>The office is closed on New Year's Day and at Midsummer.</p></body></html>"
 )
 SCRATCH = "A temporary note about parking spaces in the garage."
+CORRUPT_PDF = b"%PDF-1.4 a file cut short before its end"
 
 
 # ---------------------------------------------------------------------------------- host callables
@@ -362,6 +363,8 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     r["search_top_k_0"] = call("POST", "/search", json_body={"query": "leave", "top_k": 0})
     r["search_top_k_1000"] = call("POST", "/search", json_body={"query": "leave", "top_k": 1000})
     r["search_top_k_str"] = call("POST", "/search", json_body={"query": "leave", "top_k": "x"})
+    r["search_top_k_numeric_str"] = call("POST", "/search", json_body={"query": "leave", "top_k": "5"})
+    r["search_top_k_bool"] = call("POST", "/search", json_body={"query": "leave", "top_k": True})
     r["search_unknown_field"] = call("POST", "/search", json_body={"query": "leave", "limit": 3})
     r["search_invalid_json"] = call("POST", "/search", body=b'{"query": "leave",', content_type="application/json")
     r["search_no_body"] = call("POST", "/search")
@@ -372,6 +375,10 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     r["search_too_large"] = call("POST", "/search", json_body={"query": "leave", "pad": padding})
     body, ctype = multipart({"query": "leave"}, {})
     r["search_multipart_body"] = call("POST", "/search", body=body, content_type=ctype)
+    question_bytes = json.dumps(question).encode()
+    r["search_text_plain"] = call("POST", "/search", body=question_bytes, content_type="text/plain")
+    r["search_no_content_type"] = call("POST", "/search", body=question_bytes)
+    r["search_json_suffix"] = call("POST", "/search", body=question_bytes, content_type="application/vnd.api+json")
 
     # knowledge query: the no-model path and the body refusals (scopes, 429: tests/test_knowledge_route.py)
     knowledge = {"query": "holidays and leave policy", "topK": 3, "expand": False, "rerank": False}
@@ -399,6 +406,23 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
         {"acl": "group:finance"}, {"file": ("../private/notes.md", b"# Notes\n\nQ3 budget.", "text/plain")}
     )
     r["upload_path_filename"] = call("POST", "/documents", who="!trusted", body=body, content_type=ctype)
+
+    # nothing stored: 422 with the error contract beside the report; the views agree on the failure
+    body, ctype = multipart({"source_id": "broken"}, {"file": ("broken.pdf", CORRUPT_PDF, "application/pdf")})
+    r["upload_failed"] = call("POST", "/documents", who="!trusted", body=body, content_type=ctype)
+    failed_id = r["upload_failed"].body["documents"][0]["document_id"]
+    r["list_failed"] = call("GET", "/documents", who="!trusted", query={"source_id": "broken"})
+    r["get_failed"] = call("GET", f"/documents/{failed_id}", who="!trusted", query={"include_text": "false"})
+
+    # a rename onto a name its source already holds
+    r["patch_rename_conflict"] = call(
+        "PATCH", f"/documents/{hr_id}", who="!trusted", json_body={"name": "holidays.html"}
+    )
+
+    # operational: no auth asked, nothing but a status told
+    r["health"] = call("GET", "/health", token=None, who="!boom")
+    r["ready"] = call("GET", "/ready", token=None, who="!boom")
+    r["health_wrong_method"] = call("POST", "/health", token=None, json_body={})
 
     # the host's callables refusing
     r["auth_missing"] = call("GET", "/stats", token=None)
@@ -650,7 +674,9 @@ def test_search_hits_respect_the_acl(t: Transcript, step: str, expected: set[str
         ("search_whitespace", "query must be a non-empty string"),
         ("search_top_k_0", "top_k must be an integer between 1 and 100"),
         ("search_top_k_1000", "top_k must be an integer between 1 and 100"),
-        ("search_top_k_str", "top_k: Input should be a valid integer, unable to parse string as an integer"),
+        ("search_top_k_str", "top_k: Input should be a valid integer"),
+        ("search_top_k_numeric_str", "top_k: Input should be a valid integer"),
+        ("search_top_k_bool", "top_k: Input should be a valid integer"),
         ("search_unknown_field", "limit: Extra inputs are not permitted"),
         ("search_no_body", "a JSON body is required"),
         ("search_array_body", "the body must be a JSON object"),
@@ -663,7 +689,16 @@ def test_search_refusals_are_400(t: Transcript, step: str, message: str) -> None
 def test_search_invalid_json_is_400(t: Transcript) -> None:
     status, code, message = err(t["search_invalid_json"])
     assert (status, code) == (400, "invalid_json") and message.startswith("the body is not valid JSON")
-    assert err(t["search_multipart_body"])[:2] == (400, "invalid_json")
+
+
+@pytest.mark.parametrize("step", ["search_multipart_body", "search_text_plain", "search_no_content_type"])
+def test_a_body_not_declared_json_is_415(t: Transcript, step: str) -> None:
+    status, code, message = err(t[step])
+    assert (status, code) == (415, "unsupported_media_type") and "application/json" in message
+
+
+def test_a_json_suffix_media_type_is_json(t: Transcript) -> None:
+    assert hit_names(t["search_json_suffix"]) == {"hr-policy.md", "holidays.html"}
 
 
 def test_the_large_body_sits_between_the_two_caps() -> None:
@@ -771,6 +806,43 @@ def test_host_callables_get_the_native_request_outside_any_event_loop(t: Transcr
     assert not any(running for _, running in t.host.calls)
 
 
+# ---------------------------------------------------------------------------------- statuses
+def test_an_ingest_that_stores_nothing_is_422_with_error_and_report(t: Transcript) -> None:
+    reply = t["upload_failed"]
+    assert reply.status == 422, reply.body
+    assert reply.body.keys() == {"error", "documents", "totals"}
+    (doc,) = reply.body["documents"]
+    assert doc["status"] == "failed" and doc["failure_reason"] == "extraction_failed"
+    assert reply.body["error"] == {"code": doc["failure_reason"], "message": doc["failure_message"]}
+    assert reply.body["totals"]["failed"] == 1 and reply.body["totals"]["completed"] == 0
+
+
+def test_the_report_list_and_detail_agree_on_a_failure(t: Transcript) -> None:
+    (reported,) = t["upload_failed"].body["documents"]
+    (listed,) = t["list_failed"].body["documents"]
+    detail = t["get_failed"].body
+    for view in (listed, detail):
+        assert (view["status"], view["failure_reason"], view["failure_message"]) == (
+            "failed",
+            reported["failure_reason"],
+            reported["failure_message"],
+        )
+
+
+def test_a_rename_onto_a_taken_name_is_409(t: Transcript) -> None:
+    assert err(t["patch_rename_conflict"]) == (
+        409,
+        "conflict",
+        "a document with that name already exists in this source",
+    )
+
+
+def test_health_and_ready_need_no_auth_and_say_only_a_status(t: Transcript) -> None:
+    assert (t["health"].status, t["health"].body) == (200, {"status": "ok"})
+    assert (t["ready"].status, t["ready"].body) == (200, {"status": "ready"})
+    assert err(t["health_wrong_method"])[:2] == (405, "method_not_allowed") and t["health_wrong_method"].allow == "GET"
+
+
 # ---------------------------------------------------------------------------------- framework level
 @pytest.mark.parametrize(
     ("step", "message"),
@@ -804,7 +876,10 @@ def test_every_reply_is_json_and_every_failure_the_error_contract(t: Transcript)
     for step, reply in t.replies.items():
         assert reply.content_type.split(";")[0] == "application/json", step
         assert b"Traceback" not in reply.raw and b'File "' not in reply.raw, step
-        if reply.status >= 400:
+        if reply.status == 422:  # the error contract beside the ingest report
+            assert reply.body.keys() == {"error", "documents", "totals"}, step
+            assert reply.body["error"].keys() == {"code", "message"}, step
+        elif reply.status >= 400:
             err(reply)
 
 
@@ -818,6 +893,8 @@ def test_the_scenario_covers_every_route(t: Transcript) -> None:
         ("POST", "/search"),
         ("POST", "/knowledge/query"),
         ("GET", "/stats"),
+        ("GET", "/health"),
+        ("GET", "/ready"),
     }, "a route was added: add it to run_scenario"
 
 

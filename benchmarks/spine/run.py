@@ -1,9 +1,12 @@
 """Spine benchmark: ingest throughput and search latency, direct and through each adapter.
 
 Ingests N short generated documents into a fresh embedded PostgreSQL with the local embedding
-model, then runs Q searches directly on the engine and Q more through FastAPI, Flask and Django
-served over real HTTP on 127.0.0.1. Prints documents/s (with and without the time spent inside
-the embedding model) and search p50/p95 in milliseconds.
+model, then runs each of Q searches directly on the engine and through FastAPI, Flask and Django
+served over real HTTP on 127.0.0.1, interleaved query by query so every path sees the same load.
+Prints documents/s (with and without the time spent inside the embedding model), search p50/p95 in
+milliseconds, and for each adapter whether its p50 stays within the budget of 1.2 x the direct
+p50 + 3 ms. ``GET /health`` through each adapter (no engine call, no database) shows the floor:
+what the HTTP server, the framework and the request lifecycle cost on their own.
 
     .venv/bin/python benchmarks/spine/run.py [--docs 2000] [--queries 200]
 """
@@ -27,6 +30,7 @@ from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.embeddings.factory import build_embedder
 from context_engine.storage import embedded
+from routing_core import sync_bridge
 
 WORDS = (
     "leave policy holiday contract invoice supplier notice payroll benefit pension travel expense "
@@ -102,31 +106,37 @@ def _apps(engine: ContextEngine) -> dict[str, tuple[str, Any]]:
     def allow(_request: Any) -> bool:
         return True
 
-    def trusted(_request: Any) -> Any:
-        return TRUSTED
+    def caller(_request: Any) -> Any:
+        return list(CALLER)  # the direct searches' principals, so both paths run the same query
 
     fast = FastAPI()
-    fast.include_router(create_router(engine, auth=allow, principals=trusted))
+    fast.include_router(create_router(engine, auth=allow, principals=caller))
     flask_app = Flask("bench")
-    flask_app.register_blueprint(create_flask_blueprint(engine, auth=allow, principals=trusted))
+    flask_app.register_blueprint(create_flask_blueprint(engine, auth=allow, principals=caller))
 
     import django
     from django.conf import settings
 
     if not settings.configured:
         settings.configure(
-            DEBUG=False, ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__, SECRET_KEY="bench", MIDDLEWARE=[],
+            DEBUG=False,
+            ALLOWED_HOSTS=["*"],
+            ROOT_URLCONF=__name__,
+            SECRET_KEY="bench",
+            MIDDLEWARE=[],
             INSTALLED_APPS=[],
         )
         django.setup()
     global urlpatterns
-    urlpatterns = create_django_urlpatterns(engine, auth=allow, principals=trusted)
+    urlpatterns = create_django_urlpatterns(engine, auth=allow, principals=caller)
     from django.core.wsgi import get_wsgi_application
 
     return {"fastapi": ("asgi", fast), "flask": ("wsgi", flask_app), "django": ("wsgi", get_wsgi_application())}
 
 
 urlpatterns: list[Any] = []
+#: the principals every search runs as, directly and over HTTP
+CALLER = ("group:1", "group:2")
 
 
 async def main() -> None:
@@ -147,49 +157,89 @@ async def main() -> None:
                 await engine.ingest(text=_doc(rng, i), name=f"note-{i}", acl=acl)
             total = time.perf_counter() - started
             queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(args.queries)]
-            direct: list[float] = []
-            stages: dict[str, list[float]] = {}
-            for q in queries:
-                t0 = time.perf_counter()
-                result = await engine.search(q, principals=["group:1", "group:2"], top_k=10)
-                direct.append(time.perf_counter() - t0)
-                for stage, ms in result.usage["timings_ms"].items():
-                    stages.setdefault(stage, []).append(ms)
             without = args.docs / (total - embedder.seconds)
             print(f"machine: {os.cpu_count()} cores")
             print(
                 f"ingest: {args.docs} documents in {total:.1f} s = {args.docs / total:.1f} docs/s; "
                 f"embedding took {embedder.seconds:.1f} s; without it {without:.1f} docs/s"
             )
-            print()
-            print("| path                     |     n |  p50 ms  |  p95 ms  |")
-            print("|--------------------------|-------|----------|----------|")
-            print(_row("engine.search (direct)", direct))
-            medians = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in stages.items())
-            print(f"\nmedian ms per stage of the direct searches (legs run concurrently): {medians}\n")
-            loop = asyncio.get_running_loop()
-            for port, (name, (kind, app)) in enumerate(_apps(engine).items(), start=18731):
-                server = _serve_uvicorn(app, port) if kind == "asgi" else _serve_wsgi(app, port)
-                await asyncio.sleep(1.0)
-                times = await loop.run_in_executor(None, _http_searches, port, queries)
-                print(_row(f"{name} over HTTP", times))
-                if kind == "asgi":
-                    server.should_exit = True
-                else:
-                    server.shutdown()
+            await _searches(engine, queries)
     finally:
         embedded.remove(data_dir)  # stops the server if closing the engine left it running, then deletes
 
 
-def _http_searches(port: int, queries: list[str]) -> list[float]:
-    times: list[float] = []
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-        client.post("/search", json={"query": "warm up"}).raise_for_status()
+async def _searches(engine: ContextEngine, queries: list[str]) -> None:
+    """Each query directly, then through each adapter, interleaved so all paths see the same load."""
+    servers: list[tuple[str, Any]] = []
+    clients: dict[str, httpx.AsyncClient] = {}
+    for port, (name, (kind, app)) in enumerate(_apps(engine).items(), start=18731):
+        servers.append((kind, _serve_uvicorn(app, port) if kind == "asgi" else _serve_wsgi(app, port)))
+        clients[name] = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    await asyncio.sleep(1.0)
+    loop = asyncio.get_running_loop()
+    direct: list[float] = []
+    stages: dict[str, list[float]] = {}
+    off_loop: list[float] = []
+    off_loop_stages: dict[str, list[float]] = {}
+    over_http: dict[str, list[float]] = {name: [] for name in clients}
+    floor: dict[str, list[float]] = {name: [] for name in clients}
+    inside: dict[str, dict[str, list[float]]] = {name: {} for name in clients}  # the engine's stages, in the server
+    try:
+        for client in clients.values():  # each mount opens its own pool on its own loop: not timed
+            (await client.post("/search", json={"query": "warm up"})).raise_for_status()
         for q in queries:
             t0 = time.perf_counter()
-            client.post("/search", json={"query": q, "top_k": 10}).raise_for_status()
-            times.append(time.perf_counter() - t0)
-    return times
+            result = await engine.search(q, principals=list(CALLER), top_k=10)
+            direct.append(time.perf_counter() - t0)
+            for stage, ms in result.usage["timings_ms"].items():
+                stages.setdefault(stage, []).append(ms)
+            # the same call on the adapters' shared loop, no HTTP: what running off this loop costs
+            t0 = time.perf_counter()
+            other = await loop.run_in_executor(
+                None, sync_bridge.run, engine.search(q, principals=list(CALLER), top_k=10)
+            )
+            off_loop.append(time.perf_counter() - t0)
+            for stage, ms in other.usage["timings_ms"].items():
+                off_loop_stages.setdefault(stage, []).append(ms)
+            for name, client in clients.items():
+                t0 = time.perf_counter()
+                response = await client.post("/search", json={"query": q, "top_k": 10})
+                over_http[name].append(time.perf_counter() - t0)
+                response.raise_for_status()
+                for stage, ms in response.json()["usage"]["timings_ms"].items():
+                    inside[name].setdefault(stage, []).append(ms)
+                t0 = time.perf_counter()
+                (await client.get("/health")).raise_for_status()
+                floor[name].append(time.perf_counter() - t0)
+    finally:
+        for client in clients.values():
+            await client.aclose()
+        for kind, server in servers:
+            if kind == "asgi":
+                server.should_exit = True
+            else:
+                server.shutdown()
+    print()
+    print("| path                     |     n |  p50 ms  |  p95 ms  |")
+    print("|--------------------------|-------|----------|----------|")
+    print(_row("engine.search (direct)", direct))
+    print(_row("direct, on the shared loop", off_loop))
+    for name in clients:
+        print(_row(f"{name} over HTTP", over_http[name]))
+        print(_row(f"{name} GET /health", floor[name]))
+    medians = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in stages.items())
+    print(f"\nmedian ms per stage of the direct searches (legs run concurrently): {medians}")
+    spent = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in off_loop_stages.items())
+    print(f"median ms per stage of the same searches on the shared loop (no HTTP): {spent}")
+    for name, by_stage in inside.items():
+        spent = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in by_stage.items())
+        print(f"median ms per stage of the same searches inside the {name} server: {spent}")
+    budget = 1.2 * statistics.median(direct) * 1000 + 3.0
+    verdicts = []
+    for name, times in over_http.items():
+        p50 = statistics.median(times) * 1000
+        verdicts.append(f"{name} {p50:.1f} ms ({'within' if p50 <= budget else 'OVER'})")
+    print(f"budget 1.2 x direct p50 + 3 ms = {budget:.1f} ms: " + "; ".join(verdicts))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Who may call ``POST /knowledge/query`` and how often: scopes and a per-caller rate limit.
+"""HTTP access policy of a route: scopes granted by the host's ``auth`` and a per-caller rate limit.
 
 Scopes come from the host's ``auth`` callable, which may now return more than ``True``:
 

@@ -1,0 +1,211 @@
+"""The route table: each route's path, its handler, its bodies and its access policy, declared once.
+
+A route names its handler function directly, so a route without a handler fails when this module
+is imported. Scope, rate limit and body caps are fields of the route, read by the lifecycle;
+handlers never check them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+from pydantic import BaseModel
+
+from context_engine.config import ContextEngineConfig
+from context_engine.limits import (
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_MAX,
+    LIST_LIMIT_MIN,
+    MAX_CURSOR_CHARS,
+    MAX_SOURCE_ID_CHARS,
+)
+from routing_core import handlers
+from routing_core.access import KNOWLEDGE_SCOPE
+from routing_core.call import Call
+from routing_core.http import CoreResponse
+from routing_core.params import QueryParam
+from routing_core.schemas import (
+    NOT_BLANK,
+    DeletedBody,
+    Document,
+    DocumentPage,
+    ErrorBody,
+    Health,
+    IngestFailed,
+    IngestFields,
+    IngestReport,
+    IngestTextBody,
+    KnowledgeQueryBody,
+    KnowledgeResult,
+    SearchBody,
+    SearchResult,
+    Stats,
+    UpdateDocumentBody,
+)
+
+LIMIT_SCHEMA = {"type": "integer", "minimum": LIST_LIMIT_MIN, "maximum": LIST_LIMIT_MAX}
+SOURCE_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS, "pattern": NOT_BLANK}
+
+Handler = Callable[[Call], Awaitable[CoreResponse]]
+#: reads a per-route number from the engine's configuration (``None``: no limit)
+ConfigLimit = Callable[[ContextEngineConfig], int | None]
+
+
+def knowledge_rate_limit(config: ContextEngineConfig) -> int | None:
+    return config.knowledge.rate_limit_per_minute
+
+
+def upload_limit(config: ContextEngineConfig) -> int | None:
+    """The byte cap of a multipart upload (``ingest.max_file_bytes``)."""
+    return config.ingest.max_file_bytes
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``per_minute(config)`` hits a minute per caller; ``counts`` names them in the refusal."""
+
+    per_minute: ConfigLimit
+    counts: str
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # OpenAPI-style template, e.g. /documents/{document_id}
+    endpoint: Handler
+    summary: str
+    request_model: type[BaseModel] | None = None
+    response_model: type[BaseModel] | None = None
+    success_status: int = 200
+    #: the model of a multipart form's fields when the route also takes one (with a ``file`` part),
+    #: capped by ``upload_cap``; JSON bodies are capped by the mount's ``max_json_bytes``
+    form_model: type[BaseModel] | None = None
+    upload_cap: ConfigLimit | None = None
+    query_params: tuple[QueryParam, ...] = ()
+    #: answered without the host's ``auth``: operational routes that reveal nothing but a status
+    public: bool = False
+    #: statuses this route answers besides the success status and the common errors
+    responses: tuple[tuple[int, str, type[BaseModel]], ...] = ()
+    #: the scope the host's ``auth`` must grant (see ``routing_core.access``)
+    scope: str | None = None
+    rate_limit: RateLimit | None = None
+
+    @property
+    def handler(self) -> str:
+        """The handler's name, also the OpenAPI ``operationId``."""
+        return self.endpoint.__name__
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", self.path) + "$")
+
+    @property
+    def takes_body(self) -> bool:
+        return self.request_model is not None
+
+    @property
+    def multipart(self) -> bool:
+        return self.form_model is not None
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "POST",
+        "/documents",
+        handlers.ingest,
+        "Ingest a document (JSON text or a multipart file upload)",
+        IngestTextBody,
+        IngestReport,
+        201,
+        form_model=IngestFields,
+        upload_cap=upload_limit,
+        responses=(
+            (200, "Unchanged: the same content was already stored (every document skipped)", IngestReport),
+            (422, "Nothing stored: the error of the first failed document, beside the report", IngestFailed),
+        ),
+    ),
+    Route(
+        "GET",
+        "/documents",
+        handlers.list_documents,
+        "List the documents the caller may see, paged",
+        None,
+        DocumentPage,
+        query_params=(
+            ("limit", LIMIT_SCHEMA, f"page size (default {LIST_LIMIT_DEFAULT})"),
+            ("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "next_cursor of the previous page"),
+            ("source_id", SOURCE_ID_SCHEMA, "restrict to a source; repeatable"),
+        ),
+    ),
+    Route(
+        "GET",
+        "/documents/{document_id}",
+        handlers.get_document,
+        "Read one document",
+        None,
+        Document,
+        query_params=(("include_text", {"type": "boolean"}, "include the extracted text (default true)"),),
+    ),
+    Route(
+        "PATCH",
+        "/documents/{document_id}",
+        handlers.update_document,
+        "Change a document's ACL, attributes or name",
+        UpdateDocumentBody,
+        Document,
+        responses=((409, "Conflict: a document with that name already exists in its source", ErrorBody),),
+    ),
+    Route(
+        "DELETE",
+        "/documents/{document_id}",
+        handlers.delete_document,
+        "Delete a document from the next revision on",
+        None,
+        DeletedBody,
+    ),
+    Route("POST", "/search", handlers.search, "Hybrid search under the caller's permissions", SearchBody, SearchResult),
+    Route(
+        "GET",
+        "/stats",
+        handlers.stats,
+        "Counts over what the caller may see",
+        None,
+        Stats,
+        query_params=(("source_id", SOURCE_ID_SCHEMA, "restrict to a source; repeatable"),),
+    ),
+    Route(
+        "POST",
+        "/knowledge/query",
+        handlers.knowledge_query,
+        "Retrieve the passages that best answer a question, with a trace of how they were found",
+        KnowledgeQueryBody,
+        KnowledgeResult,
+        scope=KNOWLEDGE_SCOPE,
+        rate_limit=RateLimit(knowledge_rate_limit, "knowledge queries"),
+    ),
+    Route(
+        "GET", "/health", handlers.health, "Liveness: the process answers (no database call)", None, Health, public=True
+    ),
+    Route(
+        "GET",
+        "/ready",
+        handlers.ready,
+        "Readiness: the database answers and holds the current schema",
+        None,
+        Health,
+        public=True,
+        responses=((503, "Not ready: the database is unreachable or its schema is not current", ErrorBody),),
+    ),
+    # reserved for later routes: /tools/execute
+)
+
+
+def templates() -> list[tuple[str, list[str]]]:
+    """Each path of the route table once, with its methods, in table order."""
+    found: dict[str, list[str]] = {}
+    for route in ROUTES:
+        found.setdefault(route.path, []).append(route.method)
+    return list(found.items())
