@@ -39,6 +39,8 @@ class Call:
     body: BaseModel | None = None
     #: the route's declared query parameters, every value checked and converted
     query: dict[str, list[Any]] = field(default_factory=dict)
+    #: the scope an approval is granted in, from the host's ``approval_scope`` (never from the request)
+    approval_scope: str | None = None
 
     def one(self, name: str, default: Any = None) -> Any:
         """The last value of a query parameter (as a repeated one is read), else ``default``."""

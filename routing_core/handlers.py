@@ -21,6 +21,7 @@ from routing_core.schemas import (
     IngestTextBody,
     KnowledgeQueryBody,
     SearchBody,
+    ToolExecuteBody,
     UpdateDocumentBody,
 )
 
@@ -140,6 +141,33 @@ async def knowledge_query(call: Call) -> CoreResponse:
 async def stats(call: Call) -> CoreResponse:
     result = await call.engine.stats(principals=call.who.principals_arg(), source_ids=call.query.get("source_id"))
     return CoreResponse(200, result.model_dump(mode="json"))
+
+
+async def execute_tool(call: Call) -> CoreResponse:
+    """One governed call: 200 with the result, 202 while it waits for approval (in the host's scope)."""
+    body = cast(ToolExecuteBody, call.body)
+    answer = await call.engine.execute_tool(
+        body.name,
+        body.arguments,
+        principals=call.who.principals_arg(),
+        tool_id=body.tool_id,
+        approval_scope=call.approval_scope,
+        response_mode=body.response_mode,
+    )
+    return CoreResponse(202 if "approval_required" in answer else 200, answer)
+
+
+async def list_tools(call: Call) -> CoreResponse:
+    page = await call.engine.search_tools(
+        call.one("q", "") or "",
+        principals=call.who.principals_arg(),
+        kind=call.one("kind"),
+        name_contains=call.one("name_contains"),
+        requires_approval=call.one("requires_approval"),
+        limit=call.one("limit", 20),
+        cursor=call.one("cursor"),
+    )
+    return CoreResponse(200, {"tools": list(page), "next_cursor": getattr(page, "next_cursor", None)})
 
 
 async def health(call: Call) -> CoreResponse:

@@ -253,6 +253,8 @@ def lifecycle(router: Router, adapter: SyncRequest | AsyncRequest) -> Steps:
             call.engine = yield from _engine_for(router, adapter.native)
             _check_declared_size(router, route, adapter)
             _check_access(router, route, call.caller)
+            if route.approval_scope:
+                call.approval_scope = yield from _approval_scope(router, adapter.native)
         call.query = check_query(route.query_params, adapter.query)
         if route.form_model is not None and is_multipart(adapter.content_type):
             fields, files = yield ReadForm()
@@ -322,6 +324,16 @@ def _engine_for(router: Router, native: Any) -> Generator[Effect, Any, ContextEn
     if _is_resolver(key):
         key = _settled((yield HostCalls(native, key))[0])
     return router.engine.with_redaction(policy, secret_key=key)
+
+
+def _approval_scope(router: Router, native: Any) -> Generator[Effect, Any, str | None]:
+    """The host's approval scope for this request (a value, or a callable taking its request)."""
+    scope = router.approval_scope
+    if _is_resolver(scope):
+        scope = _settled((yield HostCalls(native, scope))[0])
+    if scope is not None and not isinstance(scope, str):
+        raise HttpError(500, "approval_scope_unresolved", "the approval_scope resolver must return a string or None")
+    return scope
 
 
 def _check_declared_size(router: Router, route: Route, adapter: RequestAdapter) -> None:

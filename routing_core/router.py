@@ -36,6 +36,9 @@ class MountOptions(TypedDict, total=False):
     redaction: Any
     #: the key of that policy, or a callable taking the native request
     redaction_secret_key: Any
+    #: the scope a tool approval is granted in (``POST /tools/execute``): a string, or a callable
+    #: taking the native request; never read from the request itself
+    approval_scope: Any
 
 
 class Router:
@@ -50,6 +53,7 @@ class Router:
         max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
         redaction: Any = None,
         redaction_secret_key: Any = None,
+        approval_scope: Any = None,
     ):
         if not callable(auth):
             raise TypeError(
@@ -64,6 +68,7 @@ class Router:
         #: host-set per-tenant redaction: a RedactionPolicy (and key), or callables taking the request
         self.redaction = redaction
         self.redaction_secret_key = redaction_secret_key
+        self.approval_scope = approval_scope
         self.routes = ROUTES
         self.limiter = SlidingWindowLimiter()  # per-caller window of the rate-limited routes
 

@@ -29,6 +29,7 @@ from routing_core.http import CoreResponse
 from routing_core.params import QueryParam
 from routing_core.schemas import (
     NOT_BLANK,
+    ApprovalRequired,
     DeletedBody,
     Document,
     DocumentPage,
@@ -43,6 +44,9 @@ from routing_core.schemas import (
     SearchBody,
     SearchResult,
     Stats,
+    ToolExecuteBody,
+    ToolList,
+    ToolResult,
     UpdateDocumentBody,
 )
 
@@ -92,6 +96,8 @@ class Route:
     #: the scope the host's ``auth`` must grant (see ``routing_core.access``)
     scope: str | None = None
     rate_limit: RateLimit | None = None
+    #: the handler reads the host's ``approval_scope`` (resolved per request, never from the request)
+    approval_scope: bool = False
 
     @property
     def handler(self) -> str:
@@ -199,7 +205,39 @@ ROUTES: tuple[Route, ...] = (
         public=True,
         responses=((503, "Not ready: the database is unreachable or its schema is not current", ErrorBody),),
     ),
-    # reserved for later routes: /tools/execute
+    Route(
+        "POST",
+        "/tools/execute",
+        handlers.execute_tool,
+        "Call one governed tool the caller may see (ACL, approval gate, audit, result budget)",
+        ToolExecuteBody,
+        ToolResult,
+        responses=(
+            (202, "Waiting for a person's approval in the host's approval scope; call again once approved",
+             ApprovalRequired),
+            (404, "No such tool, or one the caller may not see (the two answers are identical)", ErrorBody),
+            (409, "Several visible tools share that name: pass tool_id", ErrorBody),
+            (502, "The tool failed (its error stripped of row data and masked)", ErrorBody),
+            (504, "The tool did not answer in time", ErrorBody),
+        ),
+        approval_scope=True,
+    ),
+    Route(
+        "GET",
+        "/tools",
+        handlers.list_tools,
+        "The tools the caller may see, paged (configs are never listed)",
+        None,
+        ToolList,
+        query_params=(
+            ("q", {"type": "string", "maxLength": 500}, "ranks by and keeps tools matching these words"),
+            ("kind", {"type": "string", "enum": ["http", "db", "mcp", "function"]}, "only tools of this kind"),
+            ("name_contains", {"type": "string", "minLength": 1, "maxLength": 200}, "only names containing this"),
+            ("requires_approval", {"type": "boolean"}, "only gated (true) or ungated (false) tools"),
+            ("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "page size (default 20)"),
+            ("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "next_cursor of the previous page"),
+        ),
+    ),
 )
 
 

@@ -146,6 +146,38 @@ class UpdateDocumentBody(BaseModel):
     name: Name | None = None
 
 
+class ToolExecuteBody(BaseModel):
+    """``POST /tools/execute``: which tool, with what arguments. The approval scope is the host's, never a field."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1, max_length=200, pattern=NOT_BLANK, description="the tool's call name")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="checked against the tool's schema")
+    tool_id: str | None = Field(default=None, min_length=1, max_length=100, description="picks one of two same-named")
+    response_mode: Literal["json", "tsv"] | None = Field(default=None, description="tsv: arrays of objects as TSV")
+
+
+class ToolResult(BaseModel):
+    """``POST /tools/execute`` 200: the (shaped, redacted) result and what the call cost."""
+
+    result: Any = None
+    usage: dict[str, Any] = Field(default_factory=dict)
+    tool_id: str | None = None
+    call_id: str | None = None
+
+
+class ApprovalRequired(BaseModel):
+    """``POST /tools/execute`` 202: the tool waits for a person; call again once it is approved."""
+
+    approval_required: dict[str, Any]
+
+
+class ToolList(BaseModel):
+    """``GET /tools``: a page of the tools the caller may see (configs are never listed)."""
+
+    tools: list[dict[str, Any]]
+    next_cursor: str | None = None
+
+
 class Health(BaseModel):
     """``GET /health`` and ``GET /ready``: the status and nothing else."""
 

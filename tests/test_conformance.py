@@ -105,7 +105,9 @@ class Reply:
 Send = Callable[[str, str, bytes | None, dict[str, str]], Reply]
 
 
-def _fastapi_client(engine: ContextEngine, auth: Any, principals: Any) -> AbstractContextManager[Send]:
+def _fastapi_client(
+    engine: ContextEngine, auth: Any, principals: Any, **options: Any
+) -> AbstractContextManager[Send]:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
@@ -118,7 +120,7 @@ def _fastapi_client(engine: ContextEngine, auth: Any, principals: Any) -> Abstra
 
     app = FastAPI(lifespan=lifespan)
     app.include_router(
-        create_router(engine, auth=auth, principals=principals, max_json_bytes=JSON_CAP), prefix="/context"
+        create_router(engine, auth=auth, principals=principals, max_json_bytes=JSON_CAP, **options), prefix="/context"
     )
 
     @contextmanager
@@ -136,7 +138,9 @@ def _fastapi_client(engine: ContextEngine, auth: Any, principals: Any) -> Abstra
     return session()
 
 
-def _flask_client(engine: ContextEngine, auth: Any, principals: Any) -> AbstractContextManager[Send]:
+def _flask_client(
+    engine: ContextEngine, auth: Any, principals: Any, **options: Any
+) -> AbstractContextManager[Send]:
     import flask
 
     from context_engine import create_flask_blueprint
@@ -144,7 +148,8 @@ def _flask_client(engine: ContextEngine, auth: Any, principals: Any) -> Abstract
     app = flask.Flask(__name__)
     app.testing = True  # an exception escaping a view fails the test instead of becoming a 500 page
     app.register_blueprint(
-        create_flask_blueprint(engine, auth=auth, principals=principals, max_json_bytes=JSON_CAP), url_prefix="/context"
+        create_flask_blueprint(engine, auth=auth, principals=principals, max_json_bytes=JSON_CAP, **options),
+        url_prefix="/context",
     )
 
     @contextmanager
@@ -185,7 +190,9 @@ def configure_django() -> None:
         django.setup()
 
 
-def _django_client(engine: ContextEngine, auth: Any, principals: Any) -> AbstractContextManager[Send]:
+def _django_client(
+    engine: ContextEngine, auth: Any, principals: Any, **options: Any
+) -> AbstractContextManager[Send]:
     configure_django()
     from django.test import Client, override_settings
     from django.urls import include, path
@@ -196,7 +203,11 @@ def _django_client(engine: ContextEngine, auth: Any, principals: Any) -> Abstrac
     urlconf.urlpatterns = [  # type: ignore[attr-defined]
         path(
             "context/",
-            include(create_django_urlpatterns(engine, auth=auth, principals=principals, max_json_bytes=JSON_CAP)),
+            include(
+                create_django_urlpatterns(
+                    engine, auth=auth, principals=principals, max_json_bytes=JSON_CAP, **options
+                )
+            ),
         )
     ]
 
