@@ -8,6 +8,7 @@ server handle.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import os
 import uuid
@@ -393,6 +394,58 @@ class ContextEngine:
         from context_engine.knowledge import agents
 
         return await agents.links(await self._ready(), agent_id)
+
+    # ------------------------------------------------------------------ graph
+    async def migrate_graph(self) -> list[str]:
+        """Create the graph tables (``context-engine migrate --graph``); returns the revisions applied."""
+        from context_engine.graph import names
+        from context_engine.storage.migrate import migrate
+
+        db = await self._ready()
+        report = await migrate(db, dim=self.embedder.dim, text_search_config=self._text_search_config, graph=True)
+        names.forget(db)
+        return report.applied
+
+    async def extract_graph(self, document_id: str, *, principals: Iterable[str] | object = TRUSTED) -> Any:
+        """Build the graph facts of a stored document (what ``ingest(mode="graph")`` runs after storing it)."""
+        from context_engine.graph.document import extract_document
+
+        doc = await self.get_document(document_id, principals=principals, include_text=False)
+        return await extract_document(self.services, doc.id)
+
+    async def repair_graph(self, document_id: str) -> Any:
+        """Remove what a deleted or replaced document's closed chunks stated (what ``delete_document`` runs after)."""
+        from context_engine.graph.document import repair_document
+
+        return await repair_document(self.services, _check_uuid(document_id))
+
+    async def graph_query(
+        self,
+        action: str,
+        *,
+        principals: Iterable[str] | object | None = None,
+        source_ids: Sequence[str] | None = None,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
+        **arguments: Any,
+    ) -> dict[str, Any]:
+        """One navigation action (``get_neighbors``, ``traverse``, ``find_related``, ``community_summary``)
+        under the caller's ACL, its text fields redacted by the output policy (ids are not)."""
+        from context_engine.graph import navigate
+        from context_engine.graph.redact import redact_answer
+
+        actions = {f.__name__: f for f in (navigate.get_neighbors, navigate.traverse, navigate.find_related,
+                                           navigate.community_summary)}
+        if action not in actions:
+            raise InvalidRequest(f"action must be one of {', '.join(actions)}")
+        caller = resolve(principals)  # type: ignore[arg-type]
+        scope = ReadScope(caller, _check_ids("source_ids", source_ids))
+        try:
+            inspect.signature(actions[action]).bind(None, scope, **arguments)
+        except TypeError as exc:  # a missing argument, or one the action does not take
+            raise InvalidRequest(f"{action}: {exc}") from None
+        answer = await actions[action](await self._ready(), scope, **arguments)
+        return redact_answer(answer, self._redactor(caller, redaction, redaction_secret_key))
 
 
 # ---------------------------------------------------------------------- helpers
