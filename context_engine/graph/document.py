@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from context_engine.errors import NotFound
-from context_engine.graph import communities, names, store
+from context_engine.errors import ConfigError, NotFound
+from context_engine.graph import names, store
 from context_engine.graph.errors import GraphNeedsLLM
 from context_engine.graph.extract import ChunkText, extract
 from context_engine.llm.base import LLMClient
@@ -64,13 +63,14 @@ async def extract_document(
         return GraphReport(document_id, "hybrid", TABULAR_REASON)
     if services.config.llm is None:
         raise GraphNeedsLLM()
+    community = _communities()  # before any model call: a missing extra must not cost an extraction
     chunks = list(chunks) if chunks is not None else stored
     llm = _llm(services)
     try:
         extraction = await extract(llm, chunks)  # no connection is held while the model works
         written = await store.write_document(db, document_id, extraction.facts)
         names.forget(db)
-        rebuilt = await communities.rebuild(db, llm, written.groups)
+        rebuilt = await community.rebuild(db, llm, written.groups)
     finally:
         await llm.aclose()
     return GraphReport(
@@ -105,11 +105,12 @@ async def repair_document(services: Services, document_id: str) -> RepairReport:
     async with db.connect() as conn:
         if not await store.graph_enabled(conn):
             return RepairReport(document_id, 0, 0, 0, 0, 0)
+    community = _communities()
     removed = await store.remove_stale(db, document_id)
     names.forget(db)
     llm = _llm(services) if services.config.llm is not None else None
     try:
-        rebuilt = await communities.rebuild(db, llm, removed.groups)
+        rebuilt = await community.rebuild(db, llm, removed.groups)
     finally:
         if llm is not None:
             await llm.aclose()
@@ -123,13 +124,20 @@ async def repair_document(services: Services, document_id: str) -> RepairReport:
     )
 
 
+def _communities() -> ModuleType:
+    """The community module, which needs networkx (the ``graph`` extra)."""
+    try:
+        from context_engine.graph import communities
+    except ImportError as exc:
+        raise ConfigError(
+            "graph mode needs networkx for community detection: pip install \"pg-context-engine[graph]\""
+        ) from exc
+    return communities
+
+
 def _llm(services: Services) -> LLMClient:
     from context_engine.llm.factory import build_llm
 
     assert services.config.llm is not None
     return build_llm(services.config.llm, services.http_client_factory)
 
-
-async def graph_ready(db: AsyncEngine) -> bool:
-    async with db.connect() as conn:
-        return await store.graph_enabled(conn)
