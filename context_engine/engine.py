@@ -402,7 +402,10 @@ class ContextEngine:
         from context_engine.storage.migrate import migrate
 
         db = await self._ready()
-        report = await migrate(db, dim=self.embedder.dim, text_search_config=self._text_search_config, graph=True)
+        announce = logging.getLogger("context_engine.migrate").info  # a library logs its index builds
+        report = await migrate(
+            db, dim=self.embedder.dim, text_search_config=self._text_search_config, announce=announce, graph=True
+        )
         names.forget(db)
         return report.applied
 

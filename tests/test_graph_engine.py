@@ -264,3 +264,15 @@ async def test_replacing_a_document_replaces_its_facts(graph_engine: ContextEngi
     assert names == {"globex inc", "jet pack"}
     assert (await graph_engine.search("Hover Board")).usage["graph"]["reason"] == "no_entities_in_query"
     assert (await graph_engine.search("Jet Pack")).usage["graph"]["entities"] == ["jet pack"]
+
+
+async def test_knowledge_query_fuses_the_graph_leg_under_the_acl(graph_engine: ContextEngine) -> None:
+    await ingest(graph_engine, SUPPLY, "supply", acl=["group:ops"])
+    await ingest(graph_engine, OTHER, "other")
+    ops = await graph_engine.knowledge_query("what does Team Atlas own?", expand=False, rerank=False,
+                                             principals=["group:ops"])
+    assert any("graph" in m.matched_by and "Team Atlas" in m.content for m in ops.matches)
+    outsider = await graph_engine.knowledge_query("what does Team Atlas own?", expand=False, rerank=False,
+                                                  principals=[])
+    assert all("graph" not in m.matched_by for m in outsider.matches)
+    assert all(m.source_name == "other" for m in outsider.matches)
