@@ -130,7 +130,7 @@ def _communities() -> ModuleType:
         from context_engine.graph import communities
     except ImportError as exc:
         raise ConfigError(
-            "graph mode needs networkx for community detection: pip install \"pg-context-engine[graph]\""
+            'graph mode needs networkx for community detection: pip install "pg-context-engine[graph]"'
         ) from exc
     return communities
 
@@ -140,4 +140,3 @@ def _llm(services: Services) -> LLMClient:
 
     assert services.config.llm is not None
     return build_llm(services.config.llm, services.http_client_factory)
-
