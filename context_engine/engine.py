@@ -8,7 +8,6 @@ server handle.
 from __future__ import annotations
 
 import copy
-import inspect
 import logging
 import os
 import uuid
@@ -434,20 +433,12 @@ class ContextEngine:
     ) -> dict[str, Any]:
         """One navigation action (``get_neighbors``, ``traverse``, ``find_related``, ``community_summary``)
         under the caller's ACL, its text fields redacted by the output policy (ids are not)."""
-        from context_engine.graph import navigate
+        from context_engine.graph.navigate import run_action
         from context_engine.graph.redact import redact_answer
 
-        actions = {f.__name__: f for f in (navigate.get_neighbors, navigate.traverse, navigate.find_related,
-                                           navigate.community_summary)}
-        if action not in actions:
-            raise InvalidRequest(f"action must be one of {', '.join(actions)}")
         caller = resolve(principals)  # type: ignore[arg-type]
         scope = ReadScope(caller, _check_ids("source_ids", source_ids))
-        try:
-            inspect.signature(actions[action]).bind(None, scope, **arguments)
-        except TypeError as exc:  # a missing argument, or one the action does not take
-            raise InvalidRequest(f"{action}: {exc}") from None
-        answer = await actions[action](await self._ready(), scope, **arguments)
+        answer = await run_action(await self._ready(), scope, action, arguments)
         return redact_answer(answer, self._redactor(caller, redaction, redaction_secret_key))
 
 

@@ -12,8 +12,9 @@ redacted, so navigation can go on from an answer whose names an output policy ma
 
 from __future__ import annotations
 
+import inspect
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from sqlalchemy import text
@@ -314,3 +315,23 @@ async def community_summary(
 
 def _entity(row: dict[str, Any]) -> dict[str, Any]:
     return {"id": row["id"], "name": row["name"], "type": row["type"]}
+
+
+ACTIONS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
+    "get_neighbors": get_neighbors,
+    "traverse": traverse,
+    "find_related": find_related,
+    "community_summary": community_summary,
+}
+
+
+async def run_action(db: AsyncEngine, scope: ReadScope, action: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One action by name, its arguments checked against its signature (a wrong one is a 400, not a crash)."""
+    function = ACTIONS.get(action)
+    if function is None:
+        raise InvalidRequest(f"action must be one of {', '.join(ACTIONS)}")
+    try:
+        inspect.signature(function).bind(db, scope, **arguments)
+    except TypeError as exc:  # a missing argument, or one the action does not take
+        raise InvalidRequest(f"{action}: {exc}") from None
+    return await function(db, scope, **arguments)
