@@ -4,6 +4,7 @@ leg's gate and its reasons, the four navigation actions, redaction, and repair o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -276,3 +277,30 @@ async def test_knowledge_query_fuses_the_graph_leg_under_the_acl(graph_engine: C
                                                   principals=[])
     assert all("graph" not in m.matched_by for m in outsider.matches)
     assert all(m.source_name == "other" for m in outsider.matches)
+
+
+async def test_no_connection_is_held_while_the_model_extracts(database_url: str, server: FakeHTTPServer) -> None:
+    """With a pool of one connection, a search completes while a slow extraction waits for the model."""
+    model = serve_graph_model(server)
+    asked, release = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow(body: Any, headers: dict[str, str], target: Any) -> Any:
+        loop.call_soon_threadsafe(asked.set)
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(timeout=20)
+        return model(body, headers, target)
+
+    server.route("POST", "/v1/chat/completions", slow)
+    async with ContextEngine(make_config(database_url, **graph_config(server))) as setup:
+        await setup.migrate_graph()
+        doc = await setup.ingest(text=SUPPLY, name="supply")
+    config = make_config(database_url, storage={"auto_migrate": True, "pool_size": 1, "max_overflow": 0,
+                                                "pool_timeout": 5}, **graph_config(server))
+    async with ContextEngine(config) as eng:
+        extraction = asyncio.create_task(eng.extract_graph(doc.documents[0].document_id))
+        await asyncio.wait_for(asked.wait(), timeout=10)  # the model is working on the extraction
+        found = await asyncio.wait_for(eng.search("annual suppliers", principals=[]), timeout=4)
+        assert found.usage["graph"]["reason"] == "no_graph_documents" and not extraction.done()
+        release.set()
+        report = await extraction
+    assert report.entities == 5
