@@ -22,6 +22,7 @@ from context_engine.errors import ConfigError, NotFound
 from context_engine.graph import names, store
 from context_engine.graph.errors import GraphNeedsLLM
 from context_engine.graph.extract import ChunkText, extract
+from context_engine.graph.schema import graph_enabled
 from context_engine.llm.base import LLMClient
 from context_engine.services import Services
 
@@ -103,7 +104,7 @@ async def repair_document(services: Services, document_id: str) -> RepairReport:
     """Remove what the document's closed chunks stated; a no-op when the graph tables do not exist."""
     db = await services.db()
     async with db.connect() as conn:
-        if not await store.graph_enabled(conn):
+        if not await graph_enabled(conn):
             return RepairReport(document_id, 0, 0, 0, 0, 0)
     community = _communities()
     removed = await store.remove_stale(db, document_id)

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.graph.normalize import query_keys
-from context_engine.graph.store import graph_enabled
+from context_engine.graph.schema import graph_enabled
 
 TTL_SECONDS = 30.0
 

@@ -24,7 +24,7 @@ from context_engine.errors import InvalidRequest
 from context_engine.graph.errors import EntityNotFound, GraphNotEnabled
 from context_engine.graph.extract import CATEGORIES
 from context_engine.graph.normalize import name_key, normalise_name, normalise_type
-from context_engine.graph.store import graph_enabled
+from context_engine.graph.schema import graph_enabled
 from context_engine.storage.predicates import ReadScope
 
 MAX_DEPTH = 3

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from context_engine.graph.errors import GraphNotEnabled
 from context_engine.graph.extract import ChunkFacts, ChunkText
 from context_engine.graph.normalize import name_key
+from context_engine.graph.schema import graph_enabled
 
 _GRAPH_LOCK = 0x43455F47  # "CE_G"
 
@@ -35,11 +36,6 @@ class WriteResult:
     removed_entities: int = 0
     #: the groups whose facts changed, so their communities must be rebuilt
     groups: set[Group] = field(default_factory=set)
-
-
-async def graph_enabled(conn: AsyncConnection) -> bool:
-    """Whether ``migrate --graph`` created the graph tables on this database."""
-    return bool(await conn.scalar(text("SELECT to_regclass('ce_graph_entities') IS NOT NULL")))
 
 
 async def require_graph(db: AsyncEngine) -> None:
