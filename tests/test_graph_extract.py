@@ -6,6 +6,8 @@ Extraction talks real HTTP to a scripted model on 127.0.0.1; the rest are pure f
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -120,3 +122,15 @@ def test_louvain_finds_the_two_dense_groups() -> None:
     found = detect("abcdxyzw" + "q", edges)
     assert found == [{"a", "b", "c", "d"}, {"w", "x", "y", "z"}]  # the isolated "q" is not a community
     assert detect("ab", []) == []
+
+
+def test_the_search_path_loads_neither_networkx_nor_extraction() -> None:
+    """A bare install (no ``graph`` extra) can import the engine and register the graph leg."""
+    probe = (
+        "import sys; from context_engine import ContextEngineConfig; from context_engine.retrieval import registry; "
+        "ContextEngineConfig(); assert 'graph' in registry.names(); "
+        "print(sorted(m for m in ('networkx', 'context_engine.graph.extract', 'context_engine.graph.communities') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
