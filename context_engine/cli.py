@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="full-text configuration, locked on first run (default: search.text_search_config)",
     )
-    mig.add_argument("--graph", action="store_true", help="reserved for the graph tables (not available yet)")
+    mig.add_argument("--graph", action="store_true", help="also create the graph tables (graph mode)")
 
     ing = sub.add_parser("ingest", help="ingest files and folders")
     ing.add_argument("paths", nargs="+", type=Path, help="files or folders (folders are walked)")
@@ -264,14 +264,15 @@ async def _migrate(args: argparse.Namespace) -> int:
     from context_engine.storage.database import Database
     from context_engine.storage.migrate import migrate
 
-    if args.graph:
-        raise ValueError("migrate --graph: graph mode (entity, relationship and community tables) is not available yet")
     config = _config(args.database_url)
     dim = args.dim or config.embedding.dim or build_embedder(config.embedding).dim
     db = Database(config)
     try:
         report = await migrate(
-            await db.engine(), dim=dim, text_search_config=args.text_search_config or config.search.text_search_config
+            await db.engine(),
+            dim=dim,
+            text_search_config=args.text_search_config or config.search.text_search_config,
+            graph=args.graph,
         )
     finally:
         await db.aclose()

@@ -154,8 +154,13 @@ class ContextEngine:
         attributes: dict[str, Any] | None = None,
         mime: str | None = None,
         principals: Iterable[str] | object = TRUSTED,
+        mode: str = "hybrid",
     ) -> IngestReport:
         """Ingest one document. A bad document becomes a ``failed`` report, never an exception.
+
+        ``mode="graph"`` also extracts the document's entities and relationships once it is stored
+        (the graph tables must exist: ``migrate --graph``; an ``llm`` is needed); a spreadsheet stays
+        hybrid, and the report says which mode ran and why (``mode_used``, ``mode_reason``).
 
         Raises only for a bad call (both or neither of text/file, an ACL the caller does not hold)
         and for ``IngestTooLarge`` (an intake cap refuses, it never trims). A provider failure
@@ -163,6 +168,8 @@ class ContextEngine:
         """
         if (text is None) == (file is None):
             raise InvalidRequest("pass exactly one of text= or file=")
+        if mode not in ("hybrid", "graph"):
+            raise InvalidRequest('mode must be "hybrid" or "graph"')
         caller = resolve(principals)  # type: ignore[arg-type]
         acl_list = _clean_acl(acl)
         if not holds_acl(acl_list, caller):
@@ -186,8 +193,14 @@ class ContextEngine:
             mime=mime,
             caller=caller,
         )
-        if self.config.ingest.extract_fields and report.status in ("completed", "embedding") and report.document_id:
-            await self._extract_after_ingest(report.document_id)
+        stored = report.status in ("completed", "embedding") and report.document_id is not None
+        if self.config.ingest.extract_fields and stored:
+            await self._extract_after_ingest(report.document_id)  # type: ignore[arg-type]
+        if mode == "graph" and stored:
+            from context_engine.graph.document import extract_document
+
+            graph = await extract_document(self.services, report.document_id)  # type: ignore[arg-type]
+            report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
         red = self._redactor(caller, None, None)
         report.name = red.text(report.name) or report.name
         report.error = red.text(report.error)
@@ -331,9 +344,11 @@ class ContextEngine:
     async def delete_document(self, document_id: str, *, principals: Iterable[str] | object | None = None) -> int:
         """Delete from the next revision on; returns that revision."""
         caller = resolve(principals)  # type: ignore[arg-type]
-        revision = await repo.delete_document(await self._ready(), _check_uuid(document_id), ReadScope(caller))
+        doc_id = _check_uuid(document_id)
+        revision = await repo.delete_document(await self._ready(), doc_id, ReadScope(caller))
         if revision is None:
             raise NotFound(f"document {document_id} not found")
+        await self.repair_graph(doc_id)  # frequencies, orphans, touched communities (one query without a graph)
         return revision
 
     async def stats(
@@ -760,6 +775,55 @@ class ContextEngine:
             redactor=self._redactor(None, None, None),
             http_client_factory=self.services.http_client_factory,
         )
+
+    # ------------------------------------------------------------------ graph
+    async def migrate_graph(self) -> list[str]:
+        """Create the graph tables (``context-engine migrate --graph``); returns the revisions applied."""
+        from context_engine.graph import names
+        from context_engine.storage.migrate import migrate
+
+        db = await self._ready()
+        announce = logging.getLogger("context_engine.migrate").info  # a library logs its index builds
+        report = await migrate(
+            db, dim=self.embedder.dim, text_search_config=self._text_search_config, announce=announce, graph=True
+        )
+        names.forget(db)
+        return report.applied
+
+    async def extract_graph(self, document_id: str, *, principals: Iterable[str] | object = TRUSTED) -> Any:
+        """Build the graph facts of a stored document (what ``ingest(mode="graph")`` runs after storing it)."""
+        from context_engine.graph.document import extract_document
+
+        doc = await self.get_document(document_id, principals=principals, include_text=False)
+        return await extract_document(self.services, doc.id)
+
+    async def repair_graph(self, document_id: str) -> Any:
+        """Remove what a deleted or replaced document's closed chunks stated (what ``delete_document`` runs after)."""
+        from context_engine.graph.document import repair_document
+
+        return await repair_document(self.services, _check_uuid(document_id))
+
+    async def graph_query(
+        self,
+        action: str,
+        *,
+        principals: Iterable[str] | object | None = None,
+        source_ids: Sequence[str] | None = None,
+        document_ids: Sequence[str] | None = None,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
+        **arguments: Any,
+    ) -> dict[str, Any]:
+        """One navigation action (``get_neighbors``, ``traverse``, ``find_related``, ``community_summary``)
+        under the caller's ACL (and ``document_ids``, a knowledge tool's ceiling), its text fields redacted
+        by the output policy (ids are not)."""
+        from context_engine.graph.navigate import run_action
+        from context_engine.graph.redact import redact_answer
+
+        caller = resolve(principals)  # type: ignore[arg-type]
+        scope = ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids))
+        answer = await run_action(await self._ready(), scope, action, arguments)
+        return redact_answer(answer, self._redactor(caller, redaction, redaction_secret_key))
 
 
 # ---------------------------------------------------------------------- helpers

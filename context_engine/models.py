@@ -86,6 +86,9 @@ class DocumentReport(BaseModel):
     mime: str | None = None
     pages: int | None = None
     pages_source: str | None = None
+    #: ``ingest(mode="graph")``: the mode that ran (a spreadsheet stays ``hybrid``) and why
+    mode_used: str | None = None
+    mode_reason: str | None = None
 
 
 class IngestReport(BaseModel):

@@ -36,9 +36,11 @@ async def test_search_ranks_and_reports_usage(engine: ContextEngine) -> None:
     assert top.chunk_idx == 0
     assert "Annual leave" in top.chunk_text
     assert set(top.matched_by) >= {"fts", "vector"}
-    # the trigram leg is off by default (fusion weight 0, see FusionConfig): it does not run
-    assert result.usage["legs"] == ["fts", "vector"]
-    assert set(result.usage["leg_hits"]) == {"fts", "vector"}
+    # the trigram leg is off by default (fusion weight 0, see FusionConfig): it does not run; the graph
+    # leg runs and reports why it added nothing (no graph tables here)
+    assert result.usage["legs"] == ["fts", "vector", "graph"]
+    assert set(result.usage["leg_hits"]) == {"fts", "vector", "graph"}
+    assert result.usage["graph"]["reason"] == "graph_disabled"
     assert result.usage["timings_ms"]["total"] > 0
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
 
@@ -83,7 +85,7 @@ async def test_acl_predicate_is_in_sql_for_every_leg(database_url: str) -> None:
     async with ContextEngine(config) as engine:
         await _corpus(engine)
         result = await engine.search("band-three", principals=["group:eng"], top_k=10)
-        assert result.usage["legs"] == ["fts", "trigram", "vector"]
+        assert result.usage["legs"] == ["fts", "trigram", "vector", "graph"]
         assert all(h.document_name != "hr-policy" for h in result.hits)
         for leg in ("fts", "trigram"):
             assert result.usage["leg_hits"][leg] == 0
@@ -197,7 +199,7 @@ async def test_undecodable_file_fails_cleanly(engine: ContextEngine) -> None:
 async def test_weight_zero_leg_does_not_run(database_url: str) -> None:
     from tests.conftest import make_config
 
-    config = make_config(database_url, fusion={"weights": {"trigram": 0.0, "vector": 0.0}})
+    config = make_config(database_url, fusion={"weights": {"trigram": 0.0, "vector": 0.0, "graph": 0.0}})
     async with ContextEngine(config) as engine:
         await engine.ingest(text=PUBLIC, name="holidays")
         result = await engine.search("Christmas", principals=TRUSTED)

@@ -140,12 +140,14 @@ def test_leg_configurations_follow_the_weights() -> None:
         "full-text leg alone",
         "trigram leg alone",
         "vector leg alone",
+        "graph leg alone",
         "fused (configured)",
     ]
     assert leg_configurations(config)["trigram leg alone"]["fusion"]["weights"] == {
         "fts": 0.0,
         "trigram": 1.0,
         "vector": 0.0,
+        "graph": 0.0,
     }
 
 
@@ -154,7 +156,8 @@ async def test_run_eval_scores_each_leg_fused_and_bm25(tmp_path: Path, database_
     report = await run_eval(write_dataset(tmp_path / "tiny"), config=config, baselines=("bm25",))
     names = [row.name for row in report.rows]
     # every leg the configuration uses, alone, then fused; the trigram leg is off by default
-    assert names == ["full-text leg alone", "vector leg alone", "fused (configured)", "BM25 (bm25s, stemmed)"]
+    assert names == [
+        "full-text leg alone", "vector leg alone", "graph leg alone", "fused (configured)", "BM25 (bm25s, stemmed)"]
     assert report.documents == 12 and report.queries == 4 and report.chunks == 12
     for row in report.rows:
         assert 0.0 <= row.ndcg10 <= 1.0 and 0.0 <= row.recall100 <= 1.0 and 0.0 <= row.mrr10 <= 1.0

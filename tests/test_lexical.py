@@ -131,7 +131,7 @@ async def test_bm25_ranks_rare_terms_above_common_ones(database_url: str) -> Non
     config = make_config(
         database_url,
         search={"lexical_rank": "bm25"},
-        fusion={"weights": {"fts": 1.0, "trigram": 0.0, "vector": 0.0}},
+        fusion={"weights": {"fts": 1.0, "trigram": 0.0, "vector": 0.0, "graph": 0.0}},
     )
     async with ContextEngine(config) as engine:
         for i in range(6):

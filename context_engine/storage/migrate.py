@@ -36,6 +36,9 @@ from context_engine.storage.extensions import check_extensions
 _LOCK_ID = 0x43455F4D  # "CE_M"
 _LOCK_POLL_SECONDS = 0.2
 _TEXT_CONFIGS = {"english", "simple"}
+#: revisions applied only when asked for, by the name of the flag that asks (``migrate(graph=True)``);
+#: once applied they are repaired like any other
+OPTIONAL_REVISIONS = {"0011_graph": "graph"}
 
 
 def migrations_dir() -> Path:
@@ -82,12 +85,19 @@ async def _meta(conn: AsyncConnection, key: str) -> str | None:
 
 
 async def migrate(
-    engine: AsyncEngine, *, dim: int, text_search_config: str = "english", announce: Announce | None = None
+    engine: AsyncEngine,
+    *,
+    dim: int,
+    text_search_config: str = "english",
+    announce: Announce | None = None,
+    graph: bool = False,
 ) -> MigrationReport:
     """Bring the schema up to date; refuse a ``dim`` other than the one locked on first run.
 
-    ``announce`` receives one line per index built (default: stderr).
+    ``announce`` receives one line per index built (default: stderr). ``graph=True`` also applies
+    the graph tables (:data:`OPTIONAL_REVISIONS`), which a plain run leaves out.
     """
+    requested = {"graph"} if graph else set()
     if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= 16000:
         raise ConfigError(f"--dim must be an integer between 1 and 16000, got {dim!r}")
     if text_search_config not in _TEXT_CONFIGS:
@@ -122,6 +132,8 @@ async def migrate(
                 steps = _steps(path.read_text(encoding="utf-8").replace("{dim}", str(dim)))
                 if path.stem in done:
                     await runner.repair(steps)
+                elif path.stem in OPTIONAL_REVISIONS and OPTIONAL_REVISIONS[path.stem] not in requested:
+                    continue  # an optional revision nobody asked for
                 else:
                     await runner.apply(path.stem, steps)
         finally:

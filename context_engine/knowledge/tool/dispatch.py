@@ -36,6 +36,10 @@ HANDLERS: dict[str, Handler] = {
     "compute": runners.compute,
     "map_reduce": runners.map_reduce,
     "query_meta": runners.query_meta,
+    "get_neighbors": runners.graph,
+    "traverse": runners.graph,
+    "find_related": runners.graph,
+    "community_summary": runners.graph,
 }
 
 

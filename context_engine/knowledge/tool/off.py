@@ -2,8 +2,8 @@
 
 An action is on when its check in :data:`AVAILABLE` says so. ``query_meta`` and ``map_reduce`` need a
 configured ``llm``; ``compute`` also needs ``compute.enable_code_execution``, since it runs generated code.
-A host runner turns ``compute`` or ``map_reduce`` on whatever the settings. The graph actions are off
-until graph mode lands.
+A host runner turns ``compute`` or ``map_reduce`` on whatever the settings. The graph actions run
+whenever they are asked; on a database without graph tables they answer their OFF sentence.
 """
 
 from __future__ import annotations
@@ -32,10 +32,6 @@ OFF_SENTENCES: dict[str, str] = {
 }
 
 
-def _never(call: ToolCall) -> bool:
-    return False
-
-
 def _has_llm(call: ToolCall) -> bool:
     return call.engine.config.llm is not None
 
@@ -51,10 +47,6 @@ AVAILABLE: dict[str, Callable[[ToolCall], bool]] = {
     "query_meta": _has_llm,
     "compute": _compute_on,
     "map_reduce": lambda call: call.map_reduce is not None or _has_llm(call),
-    "get_neighbors": _never,
-    "traverse": _never,
-    "find_related": _never,
-    "community_summary": _never,
 }
 
 

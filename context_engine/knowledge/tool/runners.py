@@ -102,3 +102,25 @@ async def map_reduce(call: ToolCall) -> dict[str, Any]:
         reason = "some of these documents are spreadsheets; compute reads every row"
         body["hint"] = {"action": "compute", "reason": reason}
     return body
+
+
+async def graph(call: ToolCall) -> dict[str, Any]:
+    """``get_neighbors``, ``traverse``, ``find_related``, ``community_summary`` under the ceiling."""
+    from context_engine.graph.errors import GraphNotEnabled
+    from context_engine.knowledge.tool.off import OFF_SENTENCES
+
+    scope = call.narrowed()
+    arguments = {k: v for k, v in call.args.items() if k != "source_ids"}
+    try:
+        answer = await call.engine.graph_query(
+            call.action,
+            principals=_principals(call),
+            source_ids=scope.source_ids,
+            document_ids=scope.document_ids,
+            redaction=call.redaction,
+            redaction_secret_key=call.secret_key,
+            **arguments,
+        )
+    except GraphNotEnabled:
+        raise Refusal(OFF_SENTENCES[call.action]) from None
+    return {"success": True, **answer}

@@ -1,0 +1,41 @@
+"""The graph's refusals, each with a stable code and the HTTP status the routes answer with."""
+
+from __future__ import annotations
+
+from context_engine.errors import ContextEngineError, NotFound
+
+
+class GraphNotEnabled(ContextEngineError):
+    """The graph tables were never created on this database."""
+
+    code = "graph_not_enabled"
+    status = 409
+
+    def __init__(self) -> None:
+        super().__init__(
+            "graph mode is off on this database: create its tables with `context-engine migrate --graph` "
+            "(or migrate(..., graph=True)) first"
+        )
+
+
+class GraphNeedsLLM(ContextEngineError):
+    """Extraction and community summaries are model calls; with no ``llm`` section nothing is called."""
+
+    code = "graph_llm_missing"
+    status = 409
+
+    def __init__(self) -> None:
+        super().__init__("graph extraction needs a language model: configure the `llm` section to ingest in graph mode")
+
+
+class GraphExtractionFailed(ContextEngineError):
+    """A batch's extraction failed (provider error or a reply invalid against the schema); nothing was written."""
+
+    code = "graph_extraction_failed"
+    status = 502
+
+
+class EntityNotFound(NotFound):
+    """Unknown, or known only through chunks the caller may not see: the two read the same."""
+
+    code = "entity_not_found"
