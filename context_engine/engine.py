@@ -178,6 +178,13 @@ class ContextEngine:
             raise InvalidRequest("source_id must be a non-empty string")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise InvalidRequest("name must be a non-empty string")
+        if mode == "graph":  # refused before anything is stored: no graph tables, or no model to extract with
+            from context_engine.graph import store as graph_store
+            from context_engine.graph.errors import GraphNeedsLLM
+
+            await graph_store.require_graph(await self._ready())
+            if self.config.llm is None:
+                raise GraphNeedsLLM()
         source, name = open_source(text, file, name, self.config.ingest.max_file_bytes)
         scrub = self._scrubber()
         name = scrub.text(name)
@@ -199,8 +206,12 @@ class ContextEngine:
         if mode == "graph" and stored:
             from context_engine.graph.document import extract_document
 
-            graph = await extract_document(self.services, report.document_id)  # type: ignore[arg-type]
-            report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
+            try:
+                graph = await extract_document(self.services, report.document_id)  # type: ignore[arg-type]
+                report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
+            except ContextEngineError as exc:  # stored and searchable; its graph facts are missing
+                log.warning("graph extraction failed for document %s (%s)", report.document_id, exc.code)
+                report.mode_used, report.mode_reason = "hybrid", exc.code
         red = self._redactor(caller, None, None)
         report.name = red.text(report.name) or report.name
         report.error = red.text(report.error)

@@ -182,7 +182,6 @@ async def _summarise(llm: LLMClient, batch: Sequence[Community], names: dict[str
         user=user,
         schema=SUMMARY_SCHEMA,
         schema_name=SUMMARY_SCHEMA_NAME,
-        max_reasks=0,
     )
     out: list[str | None] = [None] * len(batch)
     for item in result.value["summaries"]:

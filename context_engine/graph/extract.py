@@ -2,8 +2,9 @@
 
 Why batches: a call per chunk would multiply the cost by the chunk count, while one call for a
 whole document would not fit a model's context. A batch closes at ``BATCH_CHUNKS`` chunks or
-``BATCH_CHARS`` characters of chunk text, whichever comes first, and is asked exactly once
-(``max_reasks=0``): a reply that fails the schema fails the extraction, and nothing is written.
+``BATCH_CHARS`` characters of chunk text, whichever comes first. Where the provider enforces the
+schema (native or tool mode) a batch is asked exactly once and a reply that fails the schema fails
+the extraction, with nothing written; only the prompt path gets ``structured_call``'s one re-ask.
 The reply is checked here again after the schema: names are normalised, relationship endpoints
 missing from a chunk's entity list are added to it, and self-loops are dropped.
 """
@@ -150,7 +151,7 @@ async def extract(llm: LLMClient, chunks: Sequence[ChunkText]) -> Extraction:
         async with gate:
             try:
                 result = await structured_call(
-                    llm, system=SYSTEM, user=prompt(batch), schema=SCHEMA, schema_name=SCHEMA_NAME, max_reasks=0
+                    llm, system=SYSTEM, user=prompt(batch), schema=SCHEMA, schema_name=SCHEMA_NAME
                 )
             except ContextEngineError as exc:
                 raise GraphExtractionFailed(

@@ -1,0 +1,65 @@
+"""Graph mode through the front doors: ``ingest(mode="graph")`` extracts once the document is stored
+(a spreadsheet stays hybrid, saying why), the knowledge tool's four graph actions answer from it
+under the ceiling, ``delete_document`` repairs it, and without graph tables graph mode is refused
+before anything is stored while the tool's graph actions answer their OFF sentence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from context_engine import TRUSTED, UNSCOPED, ContextEngine, Scope, call_knowledge_tool
+from context_engine.graph.errors import GraphNotEnabled
+from tests.conftest import make_config
+from tests.fakes import FakeHTTPServer
+from tests.graph_fakes import graph_config, serve_graph_model
+
+
+@pytest.fixture
+def server() -> Iterator[FakeHTTPServer]:
+    with FakeHTTPServer() as fake:
+        serve_graph_model(fake)
+        yield fake
+
+
+async def test_graph_mode_from_ingest_to_the_tool_and_back(database_url: str, server: FakeHTTPServer) -> None:
+    async with ContextEngine(make_config(database_url, **graph_config(server))) as engine:
+        await engine.migrate_graph()
+        report = await engine.ingest(
+            text="Acme Corp supplies Widget Pro. Team Atlas manages Widget Pro.", name="supply.md", mode="graph"
+        )
+        sheet = await engine.ingest(file=b"a,b\n1,2\n", name="numbers.csv", mode="graph")
+        doc = report.documents[0]
+        assert (doc.mode_used, doc.mode_reason) == ("graph", None)
+        assert sheet.documents[0].mode_used == "hybrid" and sheet.documents[0].mode_reason
+        near = await call_knowledge_tool(
+            engine, action="get_neighbors", entity="Widget Pro", principals=TRUSTED, scope=UNSCOPED
+        )
+        assert near["success"] is True and "acme corp" in str(near).lower()
+        walled = await call_knowledge_tool(
+            engine,
+            action="get_neighbors",
+            entity="Widget Pro",
+            principals=TRUSTED,
+            scope=Scope(document_ids=(sheet.documents[0].document_id,)),
+        )
+        assert walled["success"] is False  # outside the ceiling the entity does not exist
+        await engine.delete_document(doc.document_id, principals=TRUSTED)
+        gone = await call_knowledge_tool(
+            engine, action="get_neighbors", entity="Widget Pro", principals=TRUSTED, scope=UNSCOPED
+        )
+        assert gone["success"] is False
+
+
+async def test_without_graph_tables_graph_mode_is_refused_and_the_actions_are_off(
+    database_url: str, server: FakeHTTPServer
+) -> None:
+    async with ContextEngine(make_config(database_url, **graph_config(server))) as engine:
+        with pytest.raises(GraphNotEnabled):
+            await engine.ingest(text="Acme Corp supplies Widget Pro.", name="x.md", mode="graph")
+        assert (await engine.stats(principals=TRUSTED)).documents == 0
+        answer = await call_knowledge_tool(
+            engine, action="find_related", principals=TRUSTED, scope=UNSCOPED
+        )
+    assert answer["success"] is False and answer["error"].startswith("find_related is off")
