@@ -118,7 +118,10 @@ def test_every_operation_answers_inside_its_contract(adapter: str, pg_base_url: 
             )
             def check(case: schemathesis.Case) -> None:
                 given_cursor = (case.query or {}).get("cursor")
-                if isinstance(given_cursor, str) and len(given_cursor) <= MAX_CURSOR_CHARS:
+                if case.operation.path == "/tools" and given_cursor is not None:
+                    # a tools cursor continues only the query and filters it was issued for
+                    case.query.pop("cursor")
+                elif isinstance(given_cursor, str) and len(given_cursor) <= MAX_CURSOR_CHARS:
                     # a cursor is opaque: only one the server issued is valid, whatever its shape
                     case.query["cursor"] = cursor
                 if isinstance(case.body, dict) and case.body.get("file") in (b"", ""):

@@ -430,6 +430,15 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
         "PATCH", f"/documents/{hr_id}", who="!trusted", json_body={"name": "holidays.html"}
     )
 
+    # governed tools: listed and run for the caller's principals only
+    r["tools_list"] = call("GET", "/tools")
+    r["tools_list_other"] = call("GET", "/tools", who="group:other")
+    r["tool_run"] = call("POST", "/tools/execute", json_body={"name": "fn_add", "arguments": {"a": 1, "b": 2}})
+    r["tool_hidden"] = call(
+        "POST", "/tools/execute", who="group:other", json_body={"name": "fn_add", "arguments": {"a": 1, "b": 2}}
+    )
+    r["tool_bad_arguments"] = call("POST", "/tools/execute", json_body={"name": "fn_add", "arguments": {"a": 1}})
+
     # operational: no auth asked, nothing but a status told
     r["health"] = call("GET", "/health", token=None, who="!boom")
     r["ready"] = call("GET", "/ready", token=None, who="!boom")
@@ -454,6 +463,10 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     return r
 
 
+def _add(a: int, b: int) -> int:
+    return a + b
+
+
 # ---------------------------------------------------------------------------------- recording
 @dataclass
 class Transcript:
@@ -474,6 +487,7 @@ def recorder(pg_base_url: str) -> Callable[[str], Transcript]:
         if adapter not in done:
             with fresh_database(pg_base_url) as url:
                 engine = ContextEngine(make_config(url, ingest={"max_file_bytes": UPLOAD_CAP}))
+                engine.register_function_tool(_add, name="add", description="adds two numbers", acl=["group:hr"])
                 log = HostLog()
                 auth, principals = host_callables(log)
                 with CLIENTS[adapter](engine, auth, principals) as send:
@@ -906,6 +920,8 @@ def test_the_scenario_covers_every_route(t: Transcript) -> None:
         ("GET", "/stats"),
         ("GET", "/health"),
         ("GET", "/ready"),
+        ("POST", "/tools/execute"),
+        ("GET", "/tools"),
     }, "a route was added: add it to run_scenario"
 
 
@@ -989,3 +1005,11 @@ def test_async_host_callables_work_in_every_adapter(adapter: str, pg_base_url: s
             reply = call("GET", "/stats")
             assert reply.status == 200 and reply.body["documents"] == 0, reply.body
             assert err(call("GET", "/stats", token=None))[:2] == (401, "unauthorized")
+
+
+def test_tools_are_listed_and_run_for_the_callers_principals(t: Transcript) -> None:
+    assert t["tools_list"].status == 200 and [x["name"] for x in t["tools_list"].body["tools"]] == ["fn_add"]
+    assert t["tools_list_other"].body == {"tools": [], "next_cursor": None}
+    assert t["tool_run"].status == 200 and t["tool_run"].body["result"] == 3
+    assert err(t["tool_hidden"])[:2] == (404, "tool_not_found")
+    assert t["tool_bad_arguments"].status == 400
