@@ -463,8 +463,12 @@ class Ingestor:
             progress = {"done": 0, "total": await repo.count_pending(conn, doc_id), "tokens": 0}
         await hooks.emit("on_progress", ProgressEvent("embed", "started", report.name, doc_id, dict(progress)))
 
+        # one store at a time per run: requests to the model may overlap, but a large document's writes
+        # (each one index insert per vector) never take more than one database backend from searches
+        storing = asyncio.Lock()
+
         async def store(batch: list[batching.Item], vectors: list[list[float]]) -> None:
-            async with share.begin() as conn:
+            async with storing, share.begin() as conn:
                 if not await repo.renew_lease(conn, doc_id, holder, seconds):
                     raise _LeaseLost()
                 await repo.store_vectors(conn, [i.key for i in batch], vectors, embedder.key)
@@ -486,11 +490,8 @@ class Ingestor:
                 if not page:
                     break
                 after = page[-1][1]
-                items = []
-                for cid, position, stored in page:
-                    chunk_text = texts[position] if texts is not None else stored
-                    assert chunk_text is not None
-                    items.append(batching.Item(cid, chunk_text, embedder.count_tokens(chunk_text)))
+                # counting a page's tokens is CPU work (a tokenizer pass per chunk): off the event loop
+                items = await asyncio.to_thread(_page_items, page, texts, embedder.count_tokens)
                 del page
                 # the cap starts where the last page left it (a halving holds for the whole document)
                 await batching.run(
@@ -672,6 +673,18 @@ class Ingestor:
     async def _visible(self, share: IngestShare, document_id: str, caller: tuple[str, ...] | None) -> bool:
         async with share.slot():
             return await repo.get_document(share.pool, document_id, Scope(caller), with_text=False) is not None
+
+
+def _page_items(
+    page: list[tuple[int, int, str | None]], texts: list[str] | None, count_tokens: Callable[[str], int]
+) -> list[batching.Item]:
+    """The embedding inputs of a page of pending rows: their texts (held, or as read) and token counts."""
+    items = []
+    for cid, position, stored in page:
+        chunk_text = texts[position] if texts is not None else stored
+        assert chunk_text is not None
+        items.append(batching.Item(cid, chunk_text, count_tokens(chunk_text)))
+    return items
 
 
 def _unchanged(existing: dict[str, Any], content_hash: str) -> bool:
