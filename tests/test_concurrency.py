@@ -248,3 +248,40 @@ async def test_a_tiny_pool_still_serves_every_ingest_and_search(
         statuses = Counter(r.documents[0].status for r in results[:30])
         assert statuses == {"completed": 30}
         assert (await engine.stats(principals=TRUSTED)).documents == 30
+
+
+async def test_ingests_waiting_for_the_model_hold_no_connection_and_searches_answer(
+    database_url: str,
+    fake_http_server: FakeHTTPServer,  # noqa: F811
+) -> None:
+    ok = fake_openai_embeddings(DIM)
+    release = threading.Event()
+    query = "harbour cranes"
+
+    def held(body: Any, headers: dict[str, str], target: Any) -> Any:
+        if body.get("input") != [query]:  # documents wait for the model; the search's query does not
+            release.wait(30)
+        return ok(body, headers, target)
+
+    fake_http_server.route("POST", "/v1/embeddings", held)
+    config = _remote_config(database_url, fake_http_server)
+    config.storage.pool_timeout = 5
+    async with ContextEngine(config) as engine:
+        release.set()
+        await engine.ingest(text="Harbour cranes are inspected every spring.", name="seed")
+        release.clear()
+        fake_http_server.clear()
+        runs = [asyncio.create_task(engine.ingest(text=_body(i), name=f"waiting-{i}")) for i in range(40)]
+        try:
+            for _ in range(400):  # until every run let in has written its document and waits for the model
+                await asyncio.sleep(0.05)
+                if len(fake_http_server.requests) >= 7:
+                    break
+            pool = (await engine._ready()).pool
+            assert pool.checkedout() == 0  # type: ignore[attr-defined]  # none held while the model works
+            result = await asyncio.wait_for(engine.search(query, principals=TRUSTED), timeout=10)
+            assert result.hits
+        finally:
+            release.set()
+        reports = await asyncio.wait_for(asyncio.gather(*runs), timeout=60)
+    assert Counter(r.documents[0].status for r in reports) == {"completed": 40}

@@ -162,8 +162,8 @@ async def count_embedded(conn: AsyncConnection, document_id: str, version: int) 
 async def store_vectors(
     conn: AsyncConnection, ids: Sequence[int], vectors: Sequence[Sequence[float]], embedding_key: str
 ) -> None:
-    """One UPDATE for the whole batch: the vector-count triggers (statement-level) then run once per
-    batch rather than once per chunk, which made storing a large document's vectors several times slower."""
+    """One UPDATE for the whole batch, so the statement-level vector-count triggers run once per
+    batch rather than once per chunk."""
     await conn.execute(
         text(
             "UPDATE ce_chunks c SET embedding = CAST(v.e AS vector), embedding_key = :k "
