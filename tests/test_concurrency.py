@@ -106,6 +106,17 @@ async def test_unnamed_documents_are_separate_and_identical_text_is_unchanged(en
     assert (await engine.stats(principals=TRUSTED)).documents == 2
 
 
+async def test_the_same_unnamed_text_under_another_acl_is_another_document(engine: ContextEngine) -> None:
+    note = "Locker codes are changed on the first Monday of the month."
+    mine = (await engine.ingest(text=note, acl=["group:a"], principals=["group:a"])).documents[0]
+    theirs = (await engine.ingest(text=note, acl=["group:b"], principals=["group:b"])).documents[0]
+    # no refusal that would tell group:b the text exists under an ACL it does not hold
+    assert mine.status == theirs.status == "completed"
+    assert mine.document_id != theirs.document_id
+    seen_by_b = (await engine.list_documents(principals=["group:b"])).documents
+    assert [d.id for d in seen_by_b] == [theirs.document_id]
+
+
 async def test_concurrent_unnamed_posts_of_one_text_make_one_document(engine: ContextEngine) -> None:
     reports = await asyncio.gather(*(engine.ingest(text="The same note, sent five times.") for _ in range(5)))
     ids = {r.documents[0].document_id for r in reports if r.documents[0].document_id}

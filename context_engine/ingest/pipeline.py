@@ -249,11 +249,14 @@ class _LeaseLost(Exception):
 UNNAMED = "untitled"
 
 
-def unnamed_name(content_hash: str) -> str:
-    """The name given to a document ingested without one, derived from its stored content: the same
-    text again is recognised as unchanged, different text is a new document (never a new version
-    of another unnamed one)."""
-    return f"{UNNAMED}-{content_hash[:16]}"
+def unnamed_name(content_hash: str, acl: list[str]) -> str:
+    """The name given to a document ingested without one, derived from its stored content and its
+    ACL: the same text under the same ACL is recognised as unchanged, different text is a new
+    document (never a new version of another unnamed one). The ACL is part of it so that posting a
+    text someone else filed under an ACL the caller does not hold makes the caller's own document,
+    instead of a refusal that would tell the caller that text exists."""
+    digest = hashlib.sha256("\n".join([content_hash, *sorted(acl)]).encode("utf-8")).hexdigest()
+    return f"{UNNAMED}-{digest[:16]}"
 
 
 class Ingestor:
@@ -329,7 +332,7 @@ class Ingestor:
                 report.name = f"{UNNAMED}-{uuid.uuid4().hex[:16]}"
             return await self._fail_new(share, report, mime, acl, attributes, exc.reason, str(exc), caller)
         if name is None:
-            name = report.name = unnamed_name(prepared.content_hash)
+            name = report.name = unnamed_name(prepared.content_hash, acl)
         report.mime, report.pages, report.pages_source = (
             prepared.mime,
             prepared.meta.get("pages"),
