@@ -1,6 +1,6 @@
 """Search latency in one process while it ingests a large document: idle against during the ingest.
 
-Seeds a small corpus, then measures ``engine.search`` from a few concurrent searchers twice: for a
+Seeds a small corpus, then measures ``engine.search`` from a few concurrent searchers: for a
 fixed time with nothing else running (idle), and for as long as one large generated Markdown
 document (10 MB by default) is being ingested by the same engine (during). Prints p50/p95/max per
 phase and the ingest's own figures, then measures idle again once the document is in (the corpus
