@@ -355,3 +355,40 @@ async def test_a_host_killed_mid_ingest_leaves_no_half_document_and_resume_compl
         done = await engine.get_document(doc_id, principals=TRUSTED, include_text=False)
         assert done.status == "completed"
         assert await _scalar(engine, "SELECT count(*) FROM ce_chunks WHERE embedding IS NULL") == 0
+
+
+# ------------------------------------------------------------------------------ a stalled run
+async def test_a_run_whose_lease_ran_out_stops_and_the_resume_that_took_over_finishes(
+    database_url: str,
+    fake_http_server: FakeHTTPServer,  # noqa: F811
+) -> None:
+    ok = fake_openai_embeddings(DIM)
+    release = threading.Event()
+
+    def held(body: Any, headers: dict[str, str], target: Target) -> Any:
+        release.wait(30)
+        return ok(body, headers, target)
+
+    fake_http_server.route("POST", "/v1/embeddings", held)
+    config = make_config(database_url, embedding=_embedding(fake_http_server, max_batch_items=2))
+    async with ContextEngine(config) as engine:
+        stalled = asyncio.create_task(engine.ingest(text=_sections(3, 4), name="stalled"))
+        await asyncio.to_thread(_wait_for, lambda: bool(fake_http_server.requests), 30, "the run to call the model")
+        holder = await _scalar(engine, "SELECT lease_holder FROM ce_documents WHERE name = 'stalled'")
+        # the run looks dead to everyone else: its lease has run out (as if it had stalled past it)
+        db = await engine._ready()
+        async with db.begin() as conn:
+            await conn.execute(text("UPDATE ce_documents SET lease_until = clock_timestamp() - interval '1 second'"))
+        resuming = asyncio.create_task(engine.resume_embeddings())
+        for _ in range(200):  # until the resume has taken the lease over
+            await asyncio.sleep(0.05)
+            if await _scalar(engine, "SELECT lease_holder FROM ce_documents WHERE name = 'stalled'") != holder:
+                break
+        release.set()
+        first, resumed = await asyncio.wait_for(asyncio.gather(stalled, resuming), timeout=30)
+        assert (first.documents[0].status, first.documents[0].skip_reason) == ("skipped", "in_progress")
+        assert [d.status for d in resumed.documents] == ["completed"]
+        doc = await engine.get_document(resumed.documents[0].document_id, principals=TRUSTED, include_text=False)
+        assert doc.status == "completed" and doc.chunk_count == 4
+        assert await _scalar(engine, "SELECT count(*) FROM ce_chunks WHERE embedding IS NULL") == 0
+        assert await _scalar(engine, "SELECT count(*) FROM ce_documents WHERE lease_holder IS NOT NULL") == 0
