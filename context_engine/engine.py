@@ -187,10 +187,10 @@ class ContextEngine:
                 raise GraphNeedsLLM()
         source, name = open_source(text, file, name, self.config.ingest.max_file_bytes)
         scrub = self._scrubber()
-        name = scrub.text(name)
+        name = scrub.text(name) if name is not None else None  # None: named after its content
         attributes = scrub.obj(dict(attributes or {}))
         if text is not None and mime is None:
-            mime = "text/html" if name.lower().endswith((".html", ".htm")) else "text/markdown"
+            mime = "text/html" if name and name.lower().endswith((".html", ".htm")) else "text/markdown"
         report = await self._ingestor.ingest(
             source,
             name=name,

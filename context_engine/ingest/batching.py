@@ -130,7 +130,11 @@ async def run(
             except BaseException as exc:
                 failure = exc
                 return
-            await on_batch(batch, vectors)
+            try:
+                await on_batch(batch, vectors)
+            except BaseException as exc:  # storing failed: the other workers stop at their next batch
+                failure = exc
+                return
             stats.embedded += len(batch)
             stats.tokens += sum(i.tokens for i in batch)
 

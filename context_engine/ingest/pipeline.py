@@ -3,29 +3,36 @@
 Chunks are stored before they are embedded: the new version is written (and visible to the
 text legs) first, then the missing vectors are filled batch by batch, each batch stored as it
 lands. A provider failure leaves the document in status ``embedding`` with its progress, and
-``resume`` embeds only the rows still missing a vector. A session-level advisory lock on the
-document's identity settles two callers racing the same document: the loser writes nothing.
+``resume`` embeds only the rows still missing a vector.
+
+Two callers racing one document identity are settled without holding a connection for it: the
+writer takes a lock on the identity inside the transaction that writes the version (the loser
+writes nothing), and that transaction leaves the document leased to the run that embeds it. The
+run renews its lease while it works; a run that dies lets go when the lease runs out
+(``ingest.resume_stale_seconds``), and a half-written version is never visible, since it is
+written in one transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from context_engine.errors import ContextEngineError, Forbidden, IngestTooLarge, InputTooLarge, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
 from context_engine.ingest import batching
 from context_engine.ingest.chunker import Chunk, chunk_units, normalise
 from context_engine.ingest.extracted import ExtractionFailed
+from context_engine.ingest.pool_share import IngestShare, share_for
 from context_engine.models import FAILURE_MESSAGES, DocumentReport
 from context_engine.redaction.apply import IngestScrubber
 from context_engine.storage import repository as repo
@@ -63,8 +70,12 @@ class Prepared:
     too_large: tuple[int, int] | None = None
 
 
-def open_source(text: str | None, file: Any, name: str | None, cap: int | None) -> tuple[Source, str]:
-    """Resolve the input and apply ``ingest.max_file_bytes`` before reading any content."""
+def open_source(text: str | None, file: Any, name: str | None, cap: int | None) -> tuple[Source, str | None]:
+    """Resolve the input and apply ``ingest.max_file_bytes`` before reading any content.
+
+    The name is ``name``, else the file's own name; ``None`` when the input carries none (text,
+    bytes, an anonymous stream), for the ingest to name the document after its content.
+    """
     if text is not None:
         if not isinstance(text, str):
             from context_engine.errors import InvalidRequest
@@ -72,16 +83,16 @@ def open_source(text: str | None, file: Any, name: str | None, cap: int | None) 
             raise InvalidRequest("text must be a string")
         data = text.encode("utf-8")
         _cap(cap, len(data))
-        return data, name or "untitled"
+        return data, name
     if isinstance(file, bytes | bytearray):
         _cap(cap, len(file))
-        return bytes(file), name or "untitled"
+        return bytes(file), name
     if isinstance(file, str | os.PathLike):
         path = Path(file)
         _cap(cap, path.stat().st_size)  # answered by stat, before a byte is read
         return path, name or path.name
     if hasattr(file, "read"):
-        default = Path(str(getattr(file, "name", "") or "untitled")).name
+        default = Path(str(getattr(file, "name", "") or "")).name or None
         if hasattr(file, "seek") and hasattr(file, "tell") and getattr(file, "seekable", lambda: True)():
             start = file.tell()
             file.seek(0, os.SEEK_END)
@@ -230,8 +241,32 @@ async def _row_slices(
         raise _SourceChanged("the file changed while it was being ingested; nothing was stored, ingest it again")
 
 
+class _LeaseLost(Exception):
+    """Another run took the document over (this one stalled past its lease): it stops storing."""
+
+
+#: the name events and extraction see for a document ingested without one, until its content is known
+UNNAMED = "untitled"
+
+
+def unnamed_name(content_hash: str, acl: list[str]) -> str:
+    """The name given to a document ingested without one, derived from its stored content and its
+    ACL: the same text under the same ACL is recognised as unchanged, different text is a new
+    document (never a new version of another unnamed one). The ACL is part of it so that posting a
+    text someone else filed under an ACL the caller does not hold makes the caller's own document,
+    instead of a refusal that would tell the caller that text exists."""
+    digest = hashlib.sha256("\n".join([content_hash, *sorted(acl)]).encode("utf-8")).hexdigest()
+    return f"{UNNAMED}-{digest[:16]}"
+
+
 class Ingestor:
-    """Ingest and resume for one engine (shares its pool, embedder, config and hooks)."""
+    """Ingest and resume for one engine (shares its pool, embedder, config and hooks).
+
+    Every database call goes through the pool's :class:`IngestShare`: a short transaction at a time,
+    none held while another is opened or while the embedding model works. Who may write a document
+    is settled by an identity lock held only inside the transaction that writes it, and who embeds
+    it by a lease on its row that the run renews (``ingest.resume_stale_seconds`` long).
+    """
 
     def __init__(self, engine: ContextEngine):
         self.engine = engine
@@ -240,7 +275,24 @@ class Ingestor:
         self,
         source: Source,
         *,
-        name: str,
+        name: str | None,
+        source_id: str,
+        acl: list[str],
+        attributes: dict[str, Any],
+        mime: str | None,
+        caller: tuple[str, ...] | None,
+    ) -> DocumentReport:
+        """Ingest one document; ``name=None`` names it after its content (:func:`unnamed_name`)."""
+        engine = self.engine
+        share = share_for(await engine._ready(), engine.config.storage)
+        async with share.run():
+            return await self._ingest(share, source, name, source_id, acl, attributes, mime, caller)
+
+    async def _ingest(
+        self,
+        share: IngestShare,
+        source: Source,
+        name: str | None,
         source_id: str,
         acl: list[str],
         attributes: dict[str, Any],
@@ -248,13 +300,13 @@ class Ingestor:
         caller: tuple[str, ...] | None,
     ) -> DocumentReport:
         engine = self.engine
-        sql = await engine._ready()
         embedder = engine.embedder
         hooks = engine.hooks
         budget = min(engine.config.ingest.chunk_tokens, embedder.max_input_tokens)
-        report = DocumentReport(document_id=None, name=name, source_id=source_id, status="failed")
+        label = name or UNNAMED
+        report = DocumentReport(document_id=None, name=label, source_id=source_id, status="failed")
 
-        await hooks.emit("on_progress", ProgressEvent("extract", "started", name))
+        await hooks.emit("on_progress", ProgressEvent("extract", "started", label))
         start = start_of(source)
         scrubber = engine._scrubber()
 
@@ -262,7 +314,7 @@ class Ingestor:
             """Extract and chunk from the start of the input: the first pass, and for a large
             document the second one that writes it, read it with the same settings."""
             max_rows = engine.config.ingest.max_rows
-            return chunk_stream(reopen(source, start), name, mime, budget, embedder.count_tokens, max_rows, scrubber)
+            return chunk_stream(reopen(source, start), label, mime, budget, embedder.count_tokens, max_rows, scrubber)
 
         try:
             prepared = await asyncio.to_thread(
@@ -276,7 +328,11 @@ class Ingestor:
         except (IngestTooLarge, ImportError):
             raise
         except ExtractionFailed as exc:
-            return await self._fail_new(sql, report, mime, acl, attributes, exc.reason, str(exc), caller)
+            if name is None:  # nothing was read to name it by: each failed attempt is its own record
+                report.name = f"{UNNAMED}-{uuid.uuid4().hex[:16]}"
+            return await self._fail_new(share, report, mime, acl, attributes, exc.reason, str(exc), caller)
+        if name is None:
+            name = report.name = unnamed_name(prepared.content_hash, acl)
         report.mime, report.pages, report.pages_source = (
             prepared.mime,
             prepared.meta.get("pages"),
@@ -293,39 +349,23 @@ class Ingestor:
                 f"chunk {prepared.too_large[0]} is larger than the embedding model's per-input cap of "
                 f"{embedder.max_input_tokens} tokens"
             )
-            return await self._fail_new(sql, report, prepared.mime, acl, attributes, "input_too_large", message, caller)
+            return await self._fail_new(
+                share, report, prepared.mime, acl, attributes, "input_too_large", message, caller
+            )
 
-        lock_conn = await sql.connect()
-        try:
-            async with sql.connect() as conn:
-                existing = await repo.find_by_identity(conn, source_id, name)
-            if existing is not None and not await self._visible(sql, str(existing["id"]), caller):
-                raise Forbidden("you may not replace a document under this name in this source")
-            if (
-                existing is not None
-                and existing["content_hash"] == prepared.content_hash
-                and existing["status"] == ("completed")
-            ):
-                return report.model_copy(
-                    update={
-                        "document_id": str(existing["id"]),
-                        "status": "skipped",
-                        "skip_reason": "unchanged",
-                        "version": existing["version"],
-                    }
-                )
-            if not await repo.try_session_lock(lock_conn, source_id, name):
-                return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
-            try:
-                return await self._write_and_embed(sql, report, prepared, stream, source_id, name, acl, attributes)
-            finally:
-                await repo.release_session_lock(lock_conn, source_id, name)
-        finally:
-            await lock_conn.close()
+        async with share.connect() as conn:
+            existing = await repo.find_by_identity(conn, source_id, name)
+        if existing is not None and not await self._visible(share, str(existing["id"]), caller):
+            raise Forbidden("you may not replace a document under this name in this source")
+        if existing is not None and _unchanged(existing, prepared.content_hash):
+            return _skipped_unchanged(report, existing)
+        if existing is not None and existing["leased"]:
+            return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
+        return await self._write_and_embed(share, report, prepared, stream, source_id, name, acl, attributes)
 
     async def _write_and_embed(
         self,
-        sql: AsyncEngine,
+        share: IngestShare,
         report: DocumentReport,
         prepared: Prepared,
         stream: Callable[[], tuple[str, dict[str, Any], Iterator[Chunk]]],
@@ -336,18 +376,18 @@ class Ingestor:
     ) -> DocumentReport:
         engine = self.engine
         key = engine.embedder.key
+        holder = str(uuid.uuid4())
         try:
-            async with sql.begin() as conn:
+            async with share.begin() as conn:
+                # one writer per identity; the lock ends with this transaction
+                if not await repo.try_identity_lock(conn, source_id, name):
+                    return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
                 # re-read under the lock: another run may have finished while we extracted
-                existing = await repo.find_by_identity(conn, source_id, name)
-                if (
-                    existing is not None
-                    and existing["content_hash"] == prepared.content_hash
-                    and existing["status"] == ("completed")
-                ):
-                    return report.model_copy(
-                        update={"document_id": str(existing["id"]), "status": "skipped", "skip_reason": "unchanged"}
-                    )
+                existing = await repo.find_by_identity(conn, source_id, name, for_update=True)
+                if existing is not None and _unchanged(existing, prepared.content_hash):
+                    return _skipped_unchanged(report, existing)
+                if existing is not None and existing["leased"]:
+                    return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
                 meta = dict(prepared.meta)
                 meta["embedding_progress"] = {"done": 0, "total": prepared.chunk_count, "tokens": 0}
                 doc_id, version, revision = await repo.write_document(
@@ -364,7 +404,8 @@ class Ingestor:
                     chunk_count=prepared.chunk_count,
                     embedding_key=key,
                     text_search_config=engine._text_search_config,
-                    status="embedding",
+                    lease_holder=holder,
+                    lease_seconds=self._lease_seconds(),
                 )
                 # unchanged chunks got their stored vectors copied by the INSERT; the rest are pending
                 reused = await repo.count_embedded(conn, doc_id, version)
@@ -372,36 +413,67 @@ class Ingestor:
                 await repo.set_embedding_progress(conn, doc_id, meta["embedding_progress"])
         except _SourceChanged as exc:
             return await self._fail_new(
-                sql, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), None
+                share, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), None
             )
         report = report.model_copy(
             update={"document_id": doc_id, "version": version, "revision": revision, "chunks": prepared.chunk_count}
         )
         if prepared.chunks is None:  # a large document: its texts are read back a page at a time
-            return await self._embed_pending(sql, report, reused=reused)
+            return await self._embed_pending(share, report, holder, reused=reused)
         # from here on only the texts are needed: the chunk objects and their metadata are freed
         texts = [c.text for c in prepared.chunks]
         prepared.chunks.clear()
-        return await self._embed_pending(sql, report, reused=reused, texts=texts)
+        return await self._embed_pending(share, report, holder, reused=reused, texts=texts)
+
+    def _lease_seconds(self) -> float:
+        return float(self.engine.config.ingest.resume_stale_seconds)
+
+    async def _keep_lease(self, share: IngestShare, document_id: str, holder: str) -> None:
+        """Renew the lease while the run waits for the model, so a slow provider is not taken for a
+        dead run; stops when the lease is lost (the next store notices and ends the run)."""
+        seconds = self._lease_seconds()
+        if seconds <= 0:
+            return
+        while True:
+            await asyncio.sleep(seconds / 3)
+            try:
+                async with share.begin() as conn:
+                    if not await repo.renew_lease(conn, document_id, holder, seconds):
+                        return
+            except Exception as exc:  # the database is briefly out of reach: the next round tries again
+                log.warning("could not renew the lease on document %s: %s", document_id, type(exc).__name__)
 
     async def _embed_pending(
-        self, sql: AsyncEngine, report: DocumentReport, *, reused: int = 0, texts: list[str] | None = None
+        self,
+        share: IngestShare,
+        report: DocumentReport,
+        holder: str,
+        *,
+        reused: int = 0,
+        texts: list[str] | None = None,
     ) -> DocumentReport:
         """Embed the current version's rows that still lack a vector; store each batch as it lands.
 
-        ``texts`` (by position) are the chunk texts when the caller holds them, as a first pass does;
-        a resume reads them from the database.
+        The run holds the document's lease (``holder``). ``texts`` (by position) are the chunk texts
+        when the caller holds them, as a first pass does; a resume reads them from the database.
         """
         engine = self.engine
         embedder, hooks = engine.embedder, engine.hooks
         doc_id = report.document_id
         assert doc_id is not None
-        async with sql.connect() as conn:
+        seconds = self._lease_seconds()
+        async with share.connect() as conn:
             progress = {"done": 0, "total": await repo.count_pending(conn, doc_id), "tokens": 0}
         await hooks.emit("on_progress", ProgressEvent("embed", "started", report.name, doc_id, dict(progress)))
 
+        # one store at a time per run: requests to the model may overlap, but a large document's writes
+        # (each one index insert per vector) never take more than one database backend from searches
+        storing = asyncio.Lock()
+
         async def store(batch: list[batching.Item], vectors: list[list[float]]) -> None:
-            async with sql.begin() as conn:
+            async with storing, share.begin() as conn:
+                if not await repo.renew_lease(conn, doc_id, holder, seconds):
+                    raise _LeaseLost()
                 await repo.store_vectors(conn, [i.key for i in batch], vectors, embedder.key)
                 progress["done"] += len(batch)
                 progress["tokens"] += sum(i.tokens for i in batch)
@@ -411,20 +483,18 @@ class Ingestor:
         max_items, max_tokens = batching.batch_limits(engine.config.embedding, embedder.provider)
         stats = batching.RunStats(item_cap=max_items)
         after = -1
+        keeper = asyncio.create_task(self._keep_lease(share, doc_id, holder))
         try:
             while True:  # a page of pending rows at a time, so a large document's texts are never all held
-                async with sql.connect() as conn:
+                async with share.connect() as conn:
                     page = await repo.pending_page(
                         conn, doc_id, after=after, limit=engine.config.ingest.hold_chunks, with_text=texts is None
                     )
                 if not page:
                     break
                 after = page[-1][1]
-                items = []
-                for cid, position, stored in page:
-                    chunk_text = texts[position] if texts is not None else stored
-                    assert chunk_text is not None
-                    items.append(batching.Item(cid, chunk_text, embedder.count_tokens(chunk_text)))
+                # counting a page's tokens is CPU work (a tokenizer pass per chunk): off the event loop
+                items = await asyncio.to_thread(_page_items, page, texts, embedder.count_tokens)
                 del page
                 # the cap starts where the last page left it (a halving holds for the whole document)
                 await batching.run(
@@ -436,14 +506,23 @@ class Ingestor:
                     on_batch=store,
                     stats=stats,
                 )
+            async with share.begin() as conn:
+                finished = await repo.finish_embedding(conn, doc_id, progress, holder)
+            if not finished:
+                raise _LeaseLost()
+        except _LeaseLost:
+            log.warning("document %s was taken over by another run; this run stopped", doc_id)
+            return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
         except (ProviderError, InputTooLarge, ContextEngineError) as exc:
             reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
-            return await self._fail_embedding(sql, report, reason, str(exc), progress)
+            return await self._fail_embedding(share, report, holder, reason, str(exc), progress)
         except Exception as exc:
             log.exception("embedding failed for document %s", doc_id)
-            return await self._fail_embedding(sql, report, "unknown", str(exc), progress)
-        async with sql.begin() as conn:
-            await repo.finish_embedding(conn, doc_id, progress)
+            return await self._fail_embedding(share, report, holder, "unknown", str(exc), progress)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         await hooks.emit("on_progress", ProgressEvent("embed", "done", report.name, doc_id, dict(progress)))
         await hooks.emit(
             "on_usage",
@@ -480,14 +559,21 @@ class Ingestor:
         )
 
     async def _fail_embedding(
-        self, sql: AsyncEngine, report: DocumentReport, reason: str, error: str, progress: dict[str, int]
+        self,
+        share: IngestShare,
+        report: DocumentReport,
+        holder: str,
+        reason: str,
+        error: str,
+        progress: dict[str, int],
     ) -> DocumentReport:
         doc_id = report.document_id
         assert doc_id is not None
         error = self.engine._scrubber().text(error)
-        async with sql.begin() as conn:
-            await repo.mark_embedding_failed(conn, doc_id, status="embedding", failure_reason=reason, error=error)
-            await repo.set_embedding_progress(conn, doc_id, progress)
+        async with share.begin() as conn:
+            await repo.mark_embedding_failed(
+                conn, doc_id, holder=holder, failure_reason=reason, error=error, progress=progress
+            )
         await self.engine.hooks.emit("on_error", ErrorEvent("embed", report.name, doc_id, reason, error))
         return report.model_copy(
             update={
@@ -499,49 +585,47 @@ class Ingestor:
         )
 
     async def resume(self, document_id: str | None) -> list[DocumentReport]:
-        """Finish documents left in ``embedding``; a run still holding its lock is left alone."""
-        sql = await self.engine._ready()
-        async with sql.connect() as conn:
+        """Finish documents left in ``embedding``; one whose run still holds its lease is left alone."""
+        engine = self.engine
+        share = share_for(await engine._ready(), engine.config.storage)
+        async with share.connect() as conn:
             docs = await repo.resumable_documents(conn, document_id)
         reports: list[DocumentReport] = []
         for doc in docs:
-            lock_conn = await sql.connect()
-            try:
-                if not await repo.try_session_lock(lock_conn, doc["source_id"], doc["name"]):
-                    reports.append(
-                        DocumentReport(
-                            document_id=str(doc["id"]),
-                            name=doc["name"],
-                            source_id=doc["source_id"],
-                            status="skipped",
-                            skip_reason="in_progress",
+            doc_id = str(doc["id"])
+            holder = str(uuid.uuid4())
+            async with share.run():
+                async with share.begin() as conn:
+                    version = await repo.claim_lease(conn, doc_id, holder, self._lease_seconds())
+                if version is None:
+                    async with share.connect() as conn:
+                        still = await repo.resumable_documents(conn, doc_id)
+                    if still:  # another run is embedding it (finished ones need no report)
+                        reports.append(
+                            DocumentReport(
+                                document_id=doc_id,
+                                name=doc["name"],
+                                source_id=doc["source_id"],
+                                status="skipped",
+                                skip_reason="in_progress",
+                            )
                         )
-                    )
                     continue
-                try:
-                    async with sql.connect() as conn:
-                        still = await repo.resumable_documents(conn, str(doc["id"]))
-                    if not still:
-                        continue
-                    base = DocumentReport(
-                        document_id=str(doc["id"]),
-                        name=doc["name"],
-                        source_id=doc["source_id"],
-                        status="embedding",
-                        version=doc["version"],
-                    )
-                    async with sql.connect() as conn:
-                        base.chunks = await repo.current_chunk_count(conn, str(doc["id"]))
-                    reports.append(await self._embed_pending(sql, base))
-                finally:
-                    await repo.release_session_lock(lock_conn, doc["source_id"], doc["name"])
-            finally:
-                await lock_conn.close()
+                base = DocumentReport(
+                    document_id=doc_id,
+                    name=doc["name"],
+                    source_id=doc["source_id"],
+                    status="embedding",
+                    version=version,
+                )
+                async with share.connect() as conn:
+                    base.chunks = await repo.current_chunk_count(conn, doc_id)
+                reports.append(await self._embed_pending(share, base, holder))
         return reports
 
     async def _fail_new(
         self,
-        sql: AsyncEngine,
+        share: IngestShare,
         base: DocumentReport,
         mime: str | None,
         acl: list[str],
@@ -550,19 +634,24 @@ class Ingestor:
         error: str,
         caller: tuple[str, ...] | None,
     ) -> DocumentReport:
-        """Record a document that could not be processed; nothing else is written."""
+        """Record a document that could not be processed; nothing else is written. A document under
+        the same identity that a live run is writing or embedding is left alone."""
         mime = mime or "application/octet-stream"
         error = self.engine._scrubber().text(error)
-        async with sql.begin() as conn:
+        async with share.connect() as conn:
             found = await repo.find_by_identity(conn, base.source_id, base.name)
-            existing_id = None
-            if found is not None:
-                if not await self._visible(sql, str(found["id"]), caller):
-                    raise Forbidden("you may not replace a document under this name in this source")
-                existing_id = str(found["id"])
+        if found is not None and not await self._visible(share, str(found["id"]), caller):
+            raise Forbidden("you may not replace a document under this name in this source")
+        busy = base.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
+        async with share.begin() as conn:
+            if not await repo.try_identity_lock(conn, base.source_id, base.name):
+                return busy
+            found = await repo.find_by_identity(conn, base.source_id, base.name, for_update=True)
+            if found is not None and found["leased"]:
+                return busy
             doc_id, revision = await repo.write_failed(
                 conn,
-                existing_id=existing_id,
+                existing_id=str(found["id"]) if found is not None else None,
                 source_id=base.source_id,
                 name=base.name,
                 mime=mime,
@@ -584,5 +673,33 @@ class Ingestor:
             }
         )
 
-    async def _visible(self, sql: AsyncEngine, document_id: str, caller: tuple[str, ...] | None) -> bool:
-        return await repo.get_document(sql, document_id, ReadScope(caller), with_text=False) is not None
+    async def _visible(self, share: IngestShare, document_id: str, caller: tuple[str, ...] | None) -> bool:
+        async with share.slot():
+            return await repo.get_document(share.pool, document_id, ReadScope(caller), with_text=False) is not None
+
+
+def _page_items(
+    page: list[tuple[int, int, str | None]], texts: list[str] | None, count_tokens: Callable[[str], int]
+) -> list[batching.Item]:
+    """The embedding inputs of a page of pending rows: their texts (held, or as read) and token counts."""
+    items = []
+    for cid, position, stored in page:
+        chunk_text = texts[position] if texts is not None else stored
+        assert chunk_text is not None
+        items.append(batching.Item(cid, chunk_text, count_tokens(chunk_text)))
+    return items
+
+
+def _unchanged(existing: dict[str, Any], content_hash: str) -> bool:
+    return existing["content_hash"] == content_hash and existing["status"] == "completed"
+
+
+def _skipped_unchanged(report: DocumentReport, existing: dict[str, Any]) -> DocumentReport:
+    return report.model_copy(
+        update={
+            "document_id": str(existing["id"]),
+            "status": "skipped",
+            "skip_reason": "unchanged",
+            "version": existing["version"],
+        }
+    )

@@ -4,6 +4,10 @@ Async connections belong to the event loop that opened them, and an engine is re
 several loops in practice (an ASGI server's loop, the background loop the Flask and Django
 adapters use, a script's ``asyncio.run``). So the pool is kept per running loop: each loop gets
 its own, all share one configuration and one embedded-server handle.
+
+A database that is down or restarting is reported as ``StorageUnavailable`` (503,
+``storage_unavailable``) rather than a driver error, and the pool recovers by itself once it is
+back (``storage.pool_pre_ping`` replaces the connections the restart broke).
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ import asyncio
 import threading
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
+import psycopg
+from sqlalchemy import event
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine.config import ContextEngineConfig, database_url_text
+from context_engine.errors import StorageUnavailable
 from context_engine.storage import embedded
 
 
@@ -25,6 +32,16 @@ def to_driver_url(url: str) -> str:
     if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
+
+
+def report_unreachable(context: ExceptionContext) -> None:
+    """A connection that was refused or lost becomes ``StorageUnavailable``; any other database
+    error keeps its type. A failed pre-ping is left to the pool, which reconnects on its own."""
+    if context.is_pre_ping:
+        return
+    refused = context.connection is None and isinstance(context.original_exception, psycopg.OperationalError)
+    if context.is_disconnect or refused:
+        raise StorageUnavailable("the database could not be reached; retry shortly")
 
 
 class Database:
@@ -53,6 +70,7 @@ class Database:
             pool_recycle=storage.pool_recycle,
             pool_pre_ping=storage.pool_pre_ping,
         )
+        event.listen(created.sync_engine, "handle_error", report_unreachable)
         with self._lock:
             # forget pools of loops that have since closed
             for dead in [lp for lp in self._engines if lp.is_closed()]:

@@ -46,11 +46,21 @@ async def current_revision(db: AsyncEngine) -> int:
         return int(await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1")) or 0)
 
 
-async def find_by_identity(conn: AsyncConnection, source_id: str, name: str) -> dict[str, Any] | None:
+async def find_by_identity(
+    conn: AsyncConnection, source_id: str, name: str, *, for_update: bool = False
+) -> dict[str, Any] | None:
+    """The document filed under this identity; ``leased`` says a live run is embedding it.
+
+    ``for_update`` row-locks it until the caller's transaction ends (a writer re-reading it).
+    """
     row = (
         (
             await conn.execute(
-                text("SELECT id, content_hash, status, version FROM ce_documents WHERE source_id = :s AND name = :n"),
+                text(
+                    "SELECT id, content_hash, status, version, "
+                    "(lease_holder IS NOT NULL AND lease_until > clock_timestamp()) AS leased "
+                    "FROM ce_documents WHERE source_id = :s AND name = :n" + (" FOR UPDATE" if for_update else "")
+                ),
                 {"s": source_id, "n": name},
             )
         )
@@ -67,23 +77,44 @@ def identity_key(source_id: str, name: str) -> str:
     return f"{len(source_id)}:{source_id}/{name}"
 
 
-async def try_session_lock(conn: AsyncConnection, source_id: str, name: str) -> bool:
-    """Session-level lock on a document identity, held for a whole ingest or resume run.
-
-    Held on a dedicated connection, so it is released if the process dies mid-run.
-    """
-    got = bool(
+async def try_identity_lock(conn: AsyncConnection, source_id: str, name: str) -> bool:
+    """Lock a document identity for the caller's transaction only (released by its commit or
+    rollback, or by the server when the connection dies), so two writers of one identity never
+    interleave and no lock outlives the transaction or costs a connection of its own."""
+    return bool(
         await conn.scalar(
-            text(f"SELECT pg_try_advisory_lock({IDENTITY_LOCK_SQL})"), {"k": identity_key(source_id, name)}
+            text(f"SELECT pg_try_advisory_xact_lock({IDENTITY_LOCK_SQL})"), {"k": identity_key(source_id, name)}
         )
     )
-    await conn.commit()
-    return got
 
 
-async def release_session_lock(conn: AsyncConnection, source_id: str, name: str) -> None:
-    await conn.execute(text(f"SELECT pg_advisory_unlock({IDENTITY_LOCK_SQL})"), {"k": identity_key(source_id, name)})
-    await conn.commit()
+_LEASE_UNTIL = "clock_timestamp() + make_interval(secs => CAST(:t AS double precision))"
+
+
+async def renew_lease(conn: AsyncConnection, document_id: str, holder: str, seconds: float) -> bool:
+    """Extend the run's lease; False when the document is no longer this run's (taken over)."""
+    found = await conn.scalar(
+        text(
+            f"UPDATE ce_documents SET lease_until = {_LEASE_UNTIL} "
+            "WHERE id = CAST(:d AS uuid) AND lease_holder = CAST(:h AS uuid) RETURNING 1"
+        ),
+        {"d": document_id, "h": holder, "t": seconds},
+    )
+    return found is not None
+
+
+async def claim_lease(conn: AsyncConnection, document_id: str, holder: str, seconds: float) -> int | None:
+    """Take a document left in ``embedding`` whose lease is free or has run out (its run died);
+    returns its current version, or None when it is finished or another run holds it."""
+    found = await conn.scalar(
+        text(
+            f"UPDATE ce_documents SET lease_holder = CAST(:h AS uuid), lease_until = {_LEASE_UNTIL} "
+            "WHERE id = CAST(:d AS uuid) AND status = 'embedding' "
+            "AND (lease_holder IS NULL OR lease_until <= clock_timestamp()) RETURNING version"
+        ),
+        {"d": document_id, "h": holder, "t": seconds},
+    )
+    return int(found) if found is not None else None
 
 
 async def count_pending(conn: AsyncConnection, document_id: str) -> int:
@@ -132,9 +163,14 @@ async def count_embedded(conn: AsyncConnection, document_id: str, version: int) 
 async def store_vectors(
     conn: AsyncConnection, ids: Sequence[int], vectors: Sequence[Sequence[float]], embedding_key: str
 ) -> None:
+    """One UPDATE for the whole batch, so the statement-level vector-count triggers run once per
+    batch rather than once per chunk."""
     await conn.execute(
-        text("UPDATE ce_chunks SET embedding = CAST(:v AS vector), embedding_key = :k WHERE id = :id"),
-        [{"v": vector_literal(v), "k": embedding_key, "id": i} for i, v in zip(ids, vectors, strict=True)],
+        text(
+            "UPDATE ce_chunks c SET embedding = CAST(v.e AS vector), embedding_key = :k "
+            "FROM unnest(CAST(:ids AS bigint[]), CAST(:vs AS text[])) AS v(id, e) WHERE c.id = v.id"
+        ),
+        {"ids": list(ids), "vs": [vector_literal(v) for v in vectors], "k": embedding_key},
     )
 
 
@@ -148,27 +184,39 @@ async def set_embedding_progress(conn: AsyncConnection, document_id: str, progre
     )
 
 
-async def finish_embedding(conn: AsyncConnection, document_id: str, progress: dict[str, int]) -> None:
-    """The last vector is stored: the document is complete and any earlier failure is cleared."""
-    await conn.execute(
+async def finish_embedding(conn: AsyncConnection, document_id: str, progress: dict[str, int], holder: str) -> bool:
+    """The last vector is stored: the document is complete, any earlier failure is cleared and the
+    run's lease is let go. False (nothing changed) when the document is no longer this run's."""
+    found = await conn.scalar(
         text(
             "UPDATE ce_documents SET status = 'completed', failure_reason = NULL, error = NULL, "
+            "lease_holder = NULL, lease_until = NULL, "
             "meta = jsonb_set(meta, '{embedding_progress}', CAST(:p AS jsonb)), updated_at = now() "
-            "WHERE id = CAST(:d AS uuid)"
+            "WHERE id = CAST(:d AS uuid) AND lease_holder = CAST(:h AS uuid) RETURNING 1"
         ),
-        {"p": json.dumps(progress), "d": document_id},
+        {"p": json.dumps(progress), "d": document_id, "h": holder},
     )
+    return found is not None
 
 
 async def mark_embedding_failed(
-    conn: AsyncConnection, document_id: str, *, status: str, failure_reason: str, error: str
+    conn: AsyncConnection,
+    document_id: str,
+    *,
+    holder: str,
+    failure_reason: str,
+    error: str,
+    progress: dict[str, int],
 ) -> None:
+    """The run stops with vectors missing: record why and let go of its lease, so a resume may
+    start at once (only while the document is still this run's)."""
     await conn.execute(
         text(
-            "UPDATE ce_documents SET status = :st, failure_reason = :fr, error = :e, updated_at = now() "
-            "WHERE id = CAST(:d AS uuid)"
+            "UPDATE ce_documents SET failure_reason = :fr, error = :e, lease_holder = NULL, lease_until = NULL, "
+            "meta = jsonb_set(meta, '{embedding_progress}', CAST(:p AS jsonb)), updated_at = now() "
+            "WHERE id = CAST(:d AS uuid) AND lease_holder = CAST(:h AS uuid)"
         ),
-        {"st": status, "fr": failure_reason, "e": error, "d": document_id},
+        {"fr": failure_reason, "e": error, "p": json.dumps(progress), "d": document_id, "h": holder},
     )
 
 
@@ -220,9 +268,11 @@ async def write_document(
     chunk_count: int,
     embedding_key: str,
     text_search_config: str,
-    status: str = "completed",
+    lease_holder: str,
+    lease_seconds: float,
 ) -> tuple[str, int, int]:
-    """Write a new version (closing the previous one) in the caller's transaction.
+    """Write a new version (closing the previous one) in the caller's transaction, in status
+    ``embedding`` and leased to ``lease_holder`` (the run that will embed it).
 
     Returns ``(document_id, version, revision)``. Unchanged chunks get the previous version's
     vector copied inside the database, never read into the process. The document's text is its
@@ -241,7 +291,8 @@ async def write_document(
         "meta": json.dumps(meta),
         "r": revision,
         "cc": chunk_count,
-        "st": status,
+        "lh": lease_holder,
+        "t": lease_seconds,
     }
     if existing_id is None:
         doc_id = str(uuid.uuid4())
@@ -250,9 +301,10 @@ async def write_document(
         await conn.execute(
             text(
                 "INSERT INTO ce_documents (id, source_id, name, mime, text, acl, attributes, status, "
-                "content_hash, meta, version, chunk_count, created_revision, updated_revision) VALUES "
-                "(CAST(:id AS uuid), :s, :n, :m, '', CAST(:acl AS text[]), CAST(:attr AS jsonb), :st, "
-                ":h, CAST(:meta AS jsonb), 1, :cc, :r, :r)"
+                "content_hash, meta, version, chunk_count, created_revision, updated_revision, lease_holder, "
+                "lease_until) VALUES (CAST(:id AS uuid), :s, :n, :m, '', CAST(:acl AS text[]), "
+                "CAST(:attr AS jsonb), 'embedding', :h, CAST(:meta AS jsonb), 1, :cc, :r, :r, CAST(:lh AS uuid), "
+                f"{_LEASE_UNTIL})"
             ),
             params,
         )
@@ -263,9 +315,10 @@ async def write_document(
             await conn.scalar(
                 text(
                     "UPDATE ce_documents SET mime = :m, text = '', acl = CAST(:acl AS text[]), "
-                    "attributes = CAST(:attr AS jsonb), status = :st, failure_reason = NULL, error = NULL, "
+                    "attributes = CAST(:attr AS jsonb), status = 'embedding', failure_reason = NULL, error = NULL, "
                     "content_hash = :h, meta = CAST(:meta AS jsonb), version = version + 1, chunk_count = :cc, "
-                    "updated_revision = :r, updated_at = now() WHERE id = CAST(:id AS uuid) RETURNING version"
+                    "updated_revision = :r, updated_at = now(), lease_holder = CAST(:lh AS uuid), "
+                    f"lease_until = {_LEASE_UNTIL} WHERE id = CAST(:id AS uuid) RETURNING version"
                 ),
                 params,
             )
