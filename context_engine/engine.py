@@ -72,11 +72,11 @@ class ContextEngine:
         self._retriever = Retriever(self.services)
         #: function tools registered on this engine (kept on the root; views share them)
         self._function_tools: Any = None
-        self._ingestor = Ingestor(self)
         #: the engine a view was made from (itself for an engine)
         self._root: ContextEngine = self
         self._policy: RedactionPolicy = self.config.redaction
         self._policy_key = effective_key(self._policy, None, self.config.redaction_secret_key, self.config.secret_key)
+        self._ingestor = Ingestor(self.services, self._scrubber())
 
     def with_redaction(self, policy: RedactionPolicy, *, secret_key: str | bytes | None = None) -> ContextEngine:
         """A view applying ``policy`` (and hashing with ``secret_key``) on every method.
@@ -89,7 +89,7 @@ class ContextEngine:
         view._root = self._root
         view._policy = policy
         view._policy_key = effective_key(policy, secret_key, self.config.redaction_secret_key, self.config.secret_key)
-        view._ingestor = Ingestor(view)
+        view._ingestor = Ingestor(view.services, view._scrubber())
         return view
 
     def _redactor(
@@ -128,10 +128,6 @@ class ContextEngine:
     @property
     def text_search_config(self) -> str:
         """The text-search configuration the schema was migrated with (the configured one until first use)."""
-        return self.services.text_search_config
-
-    @property
-    def _text_search_config(self) -> str:
         return self.services.text_search_config
 
     async def _ready(self) -> AsyncEngine:
@@ -796,7 +792,7 @@ class ContextEngine:
         db = await self._ready()
         announce = logging.getLogger("context_engine.migrate").info  # a library logs its index builds
         report = await migrate(
-            db, dim=self.embedder.dim, text_search_config=self._text_search_config, announce=announce, graph=True
+            db, dim=self.embedder.dim, text_search_config=self.text_search_config, announce=announce, graph=True
         )
         names.forget(db)
         return report.applied

@@ -39,7 +39,7 @@ from context_engine.storage import repository as repo
 from context_engine.storage.predicates import ReadScope
 
 if TYPE_CHECKING:
-    from context_engine.engine import ContextEngine
+    from context_engine.services import Services
 
 log = logging.getLogger("context_engine.ingest")
 
@@ -268,8 +268,10 @@ class Ingestor:
     it by a lease on its row that the run renews (``ingest.resume_stale_seconds`` long).
     """
 
-    def __init__(self, engine: ContextEngine):
-        self.engine = engine
+    def __init__(self, services: Services, scrubber: IngestScrubber):
+        self.services = services
+        #: ingest-stage redaction of the engine (or view) this ingestor serves
+        self.scrubber = scrubber
 
     async def ingest(
         self,
@@ -283,8 +285,8 @@ class Ingestor:
         caller: tuple[str, ...] | None,
     ) -> DocumentReport:
         """Ingest one document; ``name=None`` names it after its content (:func:`unnamed_name`)."""
-        engine = self.engine
-        share = share_for(await engine._ready(), engine.config.storage)
+        services = self.services
+        share = share_for(await services.db(), services.config.storage)
         async with share.run():
             return await self._ingest(share, source, name, source_id, acl, attributes, mime, caller)
 
@@ -299,21 +301,21 @@ class Ingestor:
         mime: str | None,
         caller: tuple[str, ...] | None,
     ) -> DocumentReport:
-        engine = self.engine
-        embedder = engine.embedder
-        hooks = engine.hooks
-        budget = min(engine.config.ingest.chunk_tokens, embedder.max_input_tokens)
+        services = self.services
+        embedder = services.embedder
+        hooks = services.hooks
+        budget = min(services.config.ingest.chunk_tokens, embedder.max_input_tokens)
         label = name or UNNAMED
         report = DocumentReport(document_id=None, name=label, source_id=source_id, status="failed")
 
         await hooks.emit("on_progress", ProgressEvent("extract", "started", label))
         start = start_of(source)
-        scrubber = engine._scrubber()
+        scrubber = self.scrubber
 
         def stream() -> tuple[str, dict[str, Any], Iterator[Chunk]]:
             """Extract and chunk from the start of the input: the first pass, and for a large
             document the second one that writes it, read it with the same settings."""
-            max_rows = engine.config.ingest.max_rows
+            max_rows = services.config.ingest.max_rows
             return chunk_stream(reopen(source, start), label, mime, budget, embedder.count_tokens, max_rows, scrubber)
 
         try:
@@ -322,7 +324,7 @@ class Ingestor:
                     stream(),
                     embedder.count_tokens,
                     input_cap=embedder.max_input_tokens,
-                    hold=engine.config.ingest.hold_chunks,
+                    hold=services.config.ingest.hold_chunks,
                 )
             )
         except (IngestTooLarge, ImportError):
@@ -374,8 +376,8 @@ class Ingestor:
         acl: list[str],
         attributes: dict[str, Any],
     ) -> DocumentReport:
-        engine = self.engine
-        key = engine.embedder.key
+        services = self.services
+        key = services.embedder.key
         holder = str(uuid.uuid4())
         try:
             async with share.begin() as conn:
@@ -403,7 +405,7 @@ class Ingestor:
                     chunks=_row_slices(prepared, stream),
                     chunk_count=prepared.chunk_count,
                     embedding_key=key,
-                    text_search_config=engine._text_search_config,
+                    text_search_config=services.text_search_config,
                     lease_holder=holder,
                     lease_seconds=self._lease_seconds(),
                 )
@@ -426,7 +428,7 @@ class Ingestor:
         return await self._embed_pending(share, report, holder, reused=reused, texts=texts)
 
     def _lease_seconds(self) -> float:
-        return float(self.engine.config.ingest.resume_stale_seconds)
+        return float(self.services.config.ingest.resume_stale_seconds)
 
     async def _keep_lease(self, share: IngestShare, document_id: str, holder: str) -> None:
         """Renew the lease while the run waits for the model, so a slow provider is not taken for a
@@ -457,8 +459,8 @@ class Ingestor:
         The run holds the document's lease (``holder``). ``texts`` (by position) are the chunk texts
         when the caller holds them, as a first pass does; a resume reads them from the database.
         """
-        engine = self.engine
-        embedder, hooks = engine.embedder, engine.hooks
+        services = self.services
+        embedder, hooks = services.embedder, services.hooks
         doc_id = report.document_id
         assert doc_id is not None
         seconds = self._lease_seconds()
@@ -480,7 +482,7 @@ class Ingestor:
                 await repo.set_embedding_progress(conn, doc_id, progress)
             await hooks.emit("on_progress", ProgressEvent("embed", "progress", report.name, doc_id, dict(progress)))
 
-        max_items, max_tokens = batching.batch_limits(engine.config.embedding, embedder.provider)
+        max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
         stats = batching.RunStats(item_cap=max_items)
         after = -1
         keeper = asyncio.create_task(self._keep_lease(share, doc_id, holder))
@@ -488,7 +490,7 @@ class Ingestor:
             while True:  # a page of pending rows at a time, so a large document's texts are never all held
                 async with share.connect() as conn:
                     page = await repo.pending_page(
-                        conn, doc_id, after=after, limit=engine.config.ingest.hold_chunks, with_text=texts is None
+                        conn, doc_id, after=after, limit=services.config.ingest.hold_chunks, with_text=texts is None
                     )
                 if not page:
                     break
@@ -502,7 +504,7 @@ class Ingestor:
                     items,
                     max_items=stats.item_cap,
                     max_tokens=max_tokens,
-                    concurrency=engine.config.embedding.max_concurrency,
+                    concurrency=services.config.embedding.max_concurrency,
                     on_batch=store,
                     stats=stats,
                 )
@@ -569,12 +571,12 @@ class Ingestor:
     ) -> DocumentReport:
         doc_id = report.document_id
         assert doc_id is not None
-        error = self.engine._scrubber().text(error)
+        error = self.scrubber.text(error)
         async with share.begin() as conn:
             await repo.mark_embedding_failed(
                 conn, doc_id, holder=holder, failure_reason=reason, error=error, progress=progress
             )
-        await self.engine.hooks.emit("on_error", ErrorEvent("embed", report.name, doc_id, reason, error))
+        await self.services.hooks.emit("on_error", ErrorEvent("embed", report.name, doc_id, reason, error))
         return report.model_copy(
             update={
                 "status": "embedding",
@@ -586,8 +588,8 @@ class Ingestor:
 
     async def resume(self, document_id: str | None) -> list[DocumentReport]:
         """Finish documents left in ``embedding``; one whose run still holds its lease is left alone."""
-        engine = self.engine
-        share = share_for(await engine._ready(), engine.config.storage)
+        services = self.services
+        share = share_for(await services.db(), services.config.storage)
         async with share.connect() as conn:
             docs = await repo.resumable_documents(conn, document_id)
         reports: list[DocumentReport] = []
@@ -637,7 +639,7 @@ class Ingestor:
         """Record a document that could not be processed; nothing else is written. A document under
         the same identity that a live run is writing or embedding is left alone."""
         mime = mime or "application/octet-stream"
-        error = self.engine._scrubber().text(error)
+        error = self.scrubber.text(error)
         async with share.connect() as conn:
             found = await repo.find_by_identity(conn, base.source_id, base.name)
         if found is not None and not await self._visible(share, str(found["id"]), caller):
@@ -660,7 +662,7 @@ class Ingestor:
                 failure_reason=reason,
                 error=error,
             )
-        await self.engine.hooks.emit("on_error", ErrorEvent("extract", base.name, doc_id, reason, error))
+        await self.services.hooks.emit("on_error", ErrorEvent("extract", base.name, doc_id, reason, error))
         return base.model_copy(
             update={
                 "document_id": doc_id,
