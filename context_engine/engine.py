@@ -22,6 +22,7 @@ from context_engine.errors import (
     ContextEngineError,
     Forbidden,
     InvalidRequest,
+    NameTaken,
     NotFound,
 )
 from context_engine.hooks import Hooks
@@ -334,9 +335,7 @@ class ContextEngine:
             )
         except Exception as exc:
             if "ux_ce_documents_identity" in str(exc):
-                raise InvalidRequest(
-                    "a document with that name already exists in this source", code="conflict"
-                ) from exc
+                raise NameTaken() from exc
             raise
         if revision is None:
             raise NotFound(f"document {document_id} not found")

@@ -48,6 +48,17 @@ class Forbidden(ContextEngineError):
     status = 403
 
 
+class NameTaken(ContextEngineError):
+    """A document already holds this (source, name): said the same whether the caller may read it or
+    not, so filing or renaming can never tell a hidden document from a visible one."""
+
+    code = "conflict"
+    status = 409
+
+    def __init__(self) -> None:
+        super().__init__("a document with that name already exists in this source")
+
+
 class IngestTooLarge(ContextEngineError):
     """An intake cap refused the input; never trimmed, never sampled."""
 

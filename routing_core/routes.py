@@ -131,6 +131,8 @@ ROUTES: tuple[Route, ...] = (
         responses=(
             (200, "Unchanged: the same content was already stored (every document skipped)", IngestReport),
             (422, "Nothing stored: the error of the first failed document, beside the report", IngestFailed),
+            (409, "A document the caller may not replace already holds that name in the source (said alike "
+             "whether or not the caller may read it)", ErrorBody),
         ),
     ),
     Route(
@@ -162,7 +164,8 @@ ROUTES: tuple[Route, ...] = (
         "Change a document's ACL, attributes or name",
         UpdateDocumentBody,
         Document,
-        responses=((409, "Conflict: a document with that name already exists in its source", ErrorBody),),
+        responses=((409, "Conflict: a document already holds that name in its source (said alike whether or not "
+                    "the caller may read it)", ErrorBody),),
     ),
     Route(
         "DELETE",

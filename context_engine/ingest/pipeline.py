@@ -27,7 +27,7 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from context_engine.errors import ContextEngineError, Forbidden, IngestTooLarge, InputTooLarge, ProviderError
+from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, NameTaken, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
 from context_engine.ingest import batching
 from context_engine.ingest.chunker import Chunk, chunk_units, normalise
@@ -358,7 +358,7 @@ class Ingestor:
         async with share.connect() as conn:
             existing = await repo.find_by_identity(conn, source_id, name)
         if existing is not None and not await self._visible(share, str(existing["id"]), caller):
-            raise Forbidden("you may not replace a document under this name in this source")
+            raise NameTaken()  # the same answer as renaming onto a taken name: nothing about the hidden one
         if existing is not None and _unchanged(existing, prepared.content_hash):
             return _skipped_unchanged(report, existing)
         if existing is not None and existing["leased"]:
@@ -643,7 +643,7 @@ class Ingestor:
         async with share.connect() as conn:
             found = await repo.find_by_identity(conn, base.source_id, base.name)
         if found is not None and not await self._visible(share, str(found["id"]), caller):
-            raise Forbidden("you may not replace a document under this name in this source")
+            raise NameTaken()  # the same answer as renaming onto a taken name: nothing about the hidden one
         busy = base.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
         async with share.begin() as conn:
             if not await repo.try_identity_lock(conn, base.source_id, base.name):
