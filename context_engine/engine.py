@@ -69,7 +69,6 @@ class ContextEngine:
         self.services = Services(
             self.config, http_client_factory=http_client_factory, embedder=embedder, hooks=hooks
         )
-        self.hooks = self.services.hooks
         self._retriever = Retriever(self.services)
         #: function tools registered on this engine (kept on the root; views share them)
         self._function_tools: Any = None
@@ -121,6 +120,15 @@ class ContextEngine:
         if self._root is not self:
             return  # a view owns nothing
         await self.services.aclose()
+
+    @property
+    def hooks(self) -> Hooks:
+        """The host's hooks (progress, usage, errors, tool calls), shared by every pipeline."""
+        return self.services.hooks
+
+    @hooks.setter
+    def hooks(self, value: Hooks) -> None:
+        self.services.hooks = value
 
     @property
     def embedder(self) -> Embedder:

@@ -94,10 +94,18 @@ class IngestFailed(IngestReport):
     error: ErrorDetail
 
 
+#: ``top_k``'s ceiling depends on ``group_by``: passages up to ``SEARCH_TOP_K_MAX``, documents further
+_TOP_K_BY_GROUPING = {
+    "if": {"properties": {"group_by": {"const": "document"}}, "required": ["group_by"]},
+    "then": {"properties": {"top_k": {"maximum": SEARCH_TOP_DOCUMENTS_MAX}}},
+    "else": {"properties": {"top_k": {"maximum": SEARCH_TOP_K_MAX}}},
+}
+
+
 class SearchBody(BaseModel):
     """``POST /search``."""
 
-    model_config = _STRICT
+    model_config = ConfigDict(**_STRICT, json_schema_extra=_TOP_K_BY_GROUPING)
     query: Query
     #: the ceiling is the engine's ``search.max_top_k``; the document states its default
     top_k: JsonInt = Field(
