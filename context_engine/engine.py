@@ -251,6 +251,7 @@ class ContextEngine:
         principals: Iterable[str] | object | None = None,
         top_k: int = 10,
         group_by: str = "chunk",
+        compress_to_tokens: int | None = None,
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
     ) -> SearchResult:
@@ -258,6 +259,8 @@ class ContextEngine:
 
         ``group_by="document"`` counts distinct documents in ``top_k`` (up to
         ``search.max_top_documents``), each with its best passages (``SearchResult.documents``).
+        ``compress_to_tokens=N`` fits the hits to N tokens of the embedder's counter: the weakest hits
+        go first, then the tails of the longest; ``usage["compression"]`` says what was cut.
         Hits are redacted by the output policy (the engine's, the view's, or this call's)
         before they are returned.
         """
@@ -269,7 +272,13 @@ class ContextEngine:
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
         scope = ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids))
-        return await run_search(self._retriever, red, query, scope, top_k=top_k, group_by=group_by)
+        if compress_to_tokens is not None and (
+            not isinstance(compress_to_tokens, int) or isinstance(compress_to_tokens, bool) or compress_to_tokens < 1
+        ):
+            raise InvalidRequest("compress_to_tokens must be an integer of at least 1")
+        return await run_search(
+            self._retriever, red, query, scope, top_k=top_k, group_by=group_by, compress_to_tokens=compress_to_tokens
+        )
 
     # ------------------------------------------------------------------ documents
     async def get_document(

@@ -120,6 +120,7 @@ async def search(call: Call) -> CoreResponse:
         principals=call.who.principals_arg(),
         top_k=body.top_k,
         group_by=body.group_by,
+        compress_to_tokens=body.compress_to_tokens,
     )
     passages_only = {"documents"} if result.documents is None else None
     return CoreResponse(200, result.model_dump(mode="json", exclude=passages_only))

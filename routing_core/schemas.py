@@ -122,6 +122,11 @@ class SearchBody(BaseModel):
         default="chunk",
         description="chunk: the best passages; document: top_k counts distinct documents, each with its best passages",
     )
+    compress_to_tokens: JsonInt | None = Field(
+        default=None,
+        ge=1,
+        description="fit the hits to this many tokens (the embedder's count): weakest hits first, then long tails",
+    )
 
 
 class KnowledgeQueryBody(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any
 
 from context_engine.models import DocumentHit, Hit, SearchResult
 from context_engine.redaction.apply import Redactor
-from context_engine.retrieval import registry
+from context_engine.retrieval import budget, registry
 from context_engine.retrieval.retriever import Retrieval, Retriever
 from context_engine.storage import repository as repo
 from context_engine.storage.predicates import ReadScope
@@ -35,6 +35,7 @@ async def search(
     *,
     top_k: int,
     group_by: str,
+    compress_to_tokens: int | None = None,
 ) -> SearchResult:
     """The fused, redacted answer; inputs were validated by the engine."""
     started = time.perf_counter()
@@ -67,6 +68,9 @@ async def search(
         fused = ranked[:top_k]
     t0 = time.perf_counter()
     hits = await _hits(db, red, retrieval, fused, scope)
+    compression: dict[str, Any] | None = None
+    if compress_to_tokens is not None:
+        hits, compression = budget.compress(hits, compress_to_tokens, retriever.services.embedder.count_tokens)
     documents = _documents(hits) if group_by == "document" else None
     timings = retrieval.timings
     timings["fuse"] = _ms(t0)
@@ -81,6 +85,8 @@ async def search(
     }
     if group_by == "document":
         usage["group_by"] = {"documents": len(documents or []), "depth": depth}
+    if compression is not None:
+        usage["compression"] = compression
     usage.update(retrieval.usage)
     return SearchResult(hits=hits, usage=usage, documents=documents)
 
