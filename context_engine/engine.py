@@ -64,10 +64,9 @@ class ContextEngine:
         embedder: Embedder | None = None,
         hooks: Hooks | None = None,
     ):
-        self.config = config or ContextEngineConfig()
         #: what the pipelines behind this front door share (one pool, one embedder); views share it too
         self.services = Services(
-            self.config, http_client_factory=http_client_factory, embedder=embedder, hooks=hooks
+            config or ContextEngineConfig(), http_client_factory=http_client_factory, embedder=embedder, hooks=hooks
         )
         self._retriever = Retriever(self.services)
         #: function tools registered on this engine (kept on the root; views share them)
@@ -120,6 +119,15 @@ class ContextEngine:
         if self._root is not self:
             return  # a view owns nothing
         await self.services.aclose()
+
+    @property
+    def config(self) -> ContextEngineConfig:
+        """The settings every pipeline reads on each call (replacing them takes effect on the next call)."""
+        return self.services.config
+
+    @config.setter
+    def config(self, value: ContextEngineConfig) -> None:
+        self.services.config = value
 
     @property
     def hooks(self) -> Hooks:

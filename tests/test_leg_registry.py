@@ -120,3 +120,18 @@ def test_unknown_leg_names_and_duplicate_registrations_are_refused(toy_leg: Docu
     with pytest.raises(ValueError, match="already registered"):
         registry.register(DocumentNameLeg())
     assert registry.names()[:3] == ["fts", "trigram", "vector"] and "doc_name" in registry.names()
+
+
+async def test_replacing_the_engines_config_changes_the_next_search(database_url: str) -> None:
+    """The evaluation harness measures each leg alone by swapping ``engine.config``; the retriever
+    must read the swapped settings, not a copy taken when the engine was built."""
+    from context_engine.evaluation import leg_configurations, overridden
+
+    async with ContextEngine(make_config(database_url)) as engine:
+        await engine.ingest(text="Penguin colonies nest on rocky shores.", name="birds.md")
+        seen = {}
+        for name, overrides in leg_configurations(engine.config).items():
+            with overridden(engine, overrides):
+                seen[name] = (await engine.search("penguin colonies", principals=TRUSTED)).usage["legs"]
+    assert seen["full-text leg alone"] == ["fts"] and seen["vector leg alone"] == ["vector"]
+    assert set(seen["fused (configured)"]) >= {"fts", "vector"}
