@@ -1,0 +1,104 @@
+"""No read path leaks a document: for random corpora, ACLs and callers, every read (search, list
+with paging, get, stats, knowledge query) returns exactly what a Python oracle computes from the
+ACLs, and a forbidden id answers exactly like a missing one."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from context_engine import TRUSTED, ContextEngine, NotFound
+from context_engine.embeddings.base import Embedder, InputKind
+from tests.conftest import make_config
+
+GROUPS = ("g1", "g2", "g3")
+WORDS = ("zebra", "harbour", "ledger", "orbit", "meadow", "copper", "lantern", "quartz")
+
+
+class WordEmbedder(Embedder):
+    """A deterministic bag-of-words vector: fast, and every text shares the 'zebra' direction."""
+
+    provider, model, dim, max_input_tokens = "test", "words", 16, 512
+
+    async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
+        out = []
+        for text in texts:
+            vec = [0.0] * self.dim
+            for word in text.lower().split():
+                vec[int(hashlib.sha256(word.encode()).hexdigest(), 16) % self.dim] += 1.0
+            out.append(vec)
+        return out
+
+    async def aclose(self) -> None:
+        return None
+
+
+documents = st.lists(
+    st.tuples(st.frozensets(st.sampled_from(GROUPS), max_size=2), st.lists(st.sampled_from(WORDS[1:]), max_size=4)),
+    min_size=1,
+    max_size=7,
+)
+callers = st.lists(st.frozensets(st.sampled_from(GROUPS), max_size=3), min_size=1, max_size=3)
+
+
+@pytest.fixture(scope="module")
+async def leak_engine(pg_base_url: str) -> AsyncIterator[ContextEngine]:
+    from tests.test_conformance import fresh_database
+
+    with fresh_database(pg_base_url) as url:
+        async with ContextEngine(make_config(url), embedder=WordEmbedder()) as engine:
+            yield engine
+
+
+def visible(acl: frozenset[str], principals: frozenset[str]) -> bool:
+    return not acl or bool(acl & principals)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(corpus=documents, who=callers)
+async def test_every_read_returns_exactly_what_the_acl_allows(
+    leak_engine: ContextEngine, corpus: list[tuple[frozenset[str], list[str]]], who: list[frozenset[str]]
+) -> None:
+    engine = leak_engine
+    page = await engine.list_documents(principals=TRUSTED, limit=500)
+    for doc in page.documents:
+        await engine.delete_document(doc.id, principals=TRUSTED)
+    acls: dict[str, frozenset[str]] = {}
+    for i, (acl, words) in enumerate(corpus):
+        text = " ".join(["zebra", *words, f"item{i}"])
+        report = await engine.ingest(text=text, name=f"d{i}.md", acl=sorted(acl))
+        acls[report.documents[0].document_id] = acl  # type: ignore[index]
+    for principals in who:
+        caller = sorted(principals)
+        expected = {d for d, acl in acls.items() if visible(acl, principals)}
+        found = await engine.search("zebra", principals=caller, top_k=100)
+        assert {h.document_id for h in found.hits} == expected
+        listed: list[str] = []
+        cursor = None
+        while True:
+            got = await engine.list_documents(principals=caller, limit=2, cursor=cursor)
+            listed += [d.id for d in got.documents]
+            cursor = got.next_cursor
+            if cursor is None:
+                break
+        assert sorted(listed) == sorted(expected) and len(listed) == len(set(listed))
+        stats = await engine.stats(principals=caller)
+        assert (stats.documents, stats.chunks) == (len(expected), len(expected))
+        answer = await engine.knowledge_query("zebra", principals=caller, expand=False, rerank=False, top_k=20)
+        assert {m.source_id for m in answer.matches} == expected
+        missing = str(uuid.uuid4())
+        with pytest.raises(NotFound) as absent:
+            await engine.get_document(missing, principals=caller)
+        for doc_id in acls:
+            if doc_id in expected:
+                assert (await engine.get_document(doc_id, principals=caller)).id == doc_id
+            else:
+                with pytest.raises(NotFound) as hidden:
+                    await engine.get_document(doc_id, principals=caller)
+                assert (hidden.value.status, hidden.value.code) == (absent.value.status, absent.value.code)
+                assert hidden.value.message.replace(doc_id, "ID") == absent.value.message.replace(missing, "ID")
