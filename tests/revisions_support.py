@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 
@@ -14,8 +14,8 @@ def _admin_url(url: str) -> tuple[str, str, str]:
     return root, name, query
 
 
-@asynccontextmanager
-async def fresh_database(url: str) -> AsyncIterator[str]:
+@contextmanager
+def fresh_database(url: str) -> Iterator[str]:
     """Create the (empty) database named by ``url`` on the same server, drop it afterwards."""
     root, name, query = _admin_url(url)
     admin = f"{root}/postgres" + (f"?{query}" if query else "")

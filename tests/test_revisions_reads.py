@@ -104,7 +104,7 @@ async def test_bm25_statistics_as_of_a_revision_are_those_of_then(eng: ContextEn
         await _ingest(eng, f"more{i}.md", f"kinase inhibitor study {i}")
     past = await eng.search("kinase cells", as_of=r1, top_k=10)
     now = await eng.search("kinase cells", top_k=10)
-    async with fresh_database(sibling_url(database_url, "_fresh")) as url:
+    with fresh_database(sibling_url(database_url, "_fresh")) as url:
         async with ContextEngine(make_config(url), embedder=WordEmbedder()) as fresh:
             for name, body in first:
                 await _ingest(fresh, name, body)

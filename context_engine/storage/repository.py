@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.storage import bm25_stats
-from context_engine.storage.predicates import ReadScope, visibility
+from context_engine.storage.predicates import ReadScope, live, visibility
 from context_engine.storage.vectors import vector_literal
 
 _DOC_COLUMNS = (
@@ -447,6 +447,19 @@ async def document_source(db: AsyncEngine, document_id: str) -> str | None:
             {"id": document_id},
         )
     return str(found) if found is not None else None
+
+
+async def versions_at(db: AsyncEngine, document_ids: Sequence[str], as_of: int | None) -> dict[str, int]:
+    """The version of each document visible at ``as_of`` (``None``: the current one)."""
+    if not document_ids:
+        return {}
+    params: dict[str, Any] = {"ids": list(document_ids)}
+    sql = (
+        "SELECT CAST(v.document_id AS text), v.version FROM ce_document_versions v "
+        f"WHERE v.document_id = ANY(CAST(:ids AS uuid[])) AND {live('v', params, as_of)}"
+    )
+    async with db.connect() as conn:
+        return {str(r[0]): int(r[1]) for r in await conn.execute(text(sql), params)}
 
 
 async def list_documents(
