@@ -613,12 +613,14 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
     if not ids:
         return {}
     params: dict[str, Any] = {"ids": list(ids)}
-    # the name is the version's own: a hit as of a past revision carries the name of then
+    # the name is the version's own: a hit as of a past revision carries the name of then (rows
+    # written without a version row, as a bulk load may, fall back to the live document's name)
     sql = (
-        "SELECT c.id, c.document_id, v.name AS document_name, c.text, c.source_id, c.position, c.section, "
-        "c.page, c.kind, c.version FROM ce_chunks c JOIN ce_document_versions v "
-        "ON v.document_id = c.document_id AND v.version = c.version "
-        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND {scope.predicate('c', params)}"
+        "SELECT c.id, c.document_id, coalesce(v.name, d.name) AS document_name, c.text, c.source_id, c.position, "
+        "c.section, c.page, c.kind, c.version FROM ce_chunks c LEFT JOIN ce_document_versions v "
+        "ON v.document_id = c.document_id AND v.version = c.version LEFT JOIN ce_documents d ON d.id = c.document_id "
+        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND coalesce(v.name, d.name) IS NOT NULL "
+        f"AND {scope.predicate('c', params)}"
     )
     async with db.connect() as conn:
         return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
