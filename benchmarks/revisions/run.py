@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import statistics
@@ -77,13 +78,21 @@ def subset(dataset: BeirDataset, docs: int | None, seed: int) -> BeirDataset:
     return BeirDataset(dataset.name, corpus, queries, qrels, dataset.corpus_sha256)
 
 
-def database_url(name: str) -> str:
+def database_url(name: str, *, fresh: bool) -> str:
     _pgdata, base = embedded.acquire(CACHE / "pg")
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+    if fresh:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
     head, _, query = base.partition("?")
     return f"{head.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
+
+
+async def one_query(engine: ContextEngine, query: str, as_of: int | None, top_k: int) -> tuple[list[str], float]:
+    started = time.perf_counter()
+    result = await engine.search(query, source_ids=[SOURCE], principals=TRUSTED, top_k=top_k, as_of=as_of)
+    elapsed = (time.perf_counter() - started) * 1000
+    return dedupe_documents((h.document_name, h.score) for h in result.hits), elapsed
 
 
 async def run_queries(
@@ -92,11 +101,24 @@ async def run_queries(
     rankings: dict[str, list[str]] = {}
     latencies: list[float] = []
     for qid, query in dataset.queries.items():
-        started = time.perf_counter()
-        result = await engine.search(query, source_ids=[SOURCE], principals=TRUSTED, top_k=top_k, as_of=as_of)
-        latencies.append((time.perf_counter() - started) * 1000)
-        rankings[qid] = dedupe_documents((h.document_name, h.score) for h in result.hits)
+        rankings[qid], elapsed = await one_query(engine, query, as_of, top_k)
+        latencies.append(elapsed)
     return rankings, latencies
+
+
+async def interleaved(
+    engine: ContextEngine, dataset: BeirDataset, variants: dict[str, int | None], top_k: int
+) -> dict[str, tuple[dict[str, list[str]], list[float]]]:
+    """Every query under every variant, the variants' order rotating per query, so a change of the
+    machine's load during the run weighs on each variant alike."""
+    names = list(variants)
+    out: dict[str, tuple[dict[str, list[str]], list[float]]] = {n: ({}, []) for n in names}
+    for i, (qid, query) in enumerate(dataset.queries.items()):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            ranking, elapsed = await one_query(engine, query, variants[name], top_k)
+            out[name][0][qid] = ranking
+            out[name][1].append(elapsed)
+    return out
 
 
 def ndcg(rankings: dict[str, list[str]], dataset: BeirDataset, queries: set[str]) -> float:
@@ -145,49 +167,69 @@ async def main_async(args: argparse.Namespace) -> None:
             {q: dataset.qrels[q] for q in keep},
             dataset.corpus_sha256,
         )
+    state_file = CACHE / "revisions_bench.json"
+    key = {"docs": len(dataset.corpus), "seed": args.seed, "sha": dataset.corpus_sha256}
+    state = json.loads(state_file.read_text()) if args.reuse and state_file.is_file() else None
+    reuse = state is not None and state.get("key") == key
     config = ContextEngineConfig(
-        database_url=database_url("revisions_bench"), storage={"auto_migrate": True}, search={"max_top_k": 1000}
+        database_url=database_url("revisions_bench", fresh=not reuse),
+        storage={"auto_migrate": True},
+        search={"max_top_k": 1000},
     )
     inner = LocalEmbedder(config.embedding)
     budget = min(config.ingest.chunk_tokens, inner.max_input_tokens)
     cached = CachingEmbedder(inner, cache_file(CACHE / "embeddings", inner, dataset.corpus_sha256, f"heading-{budget}"))
     log(f"corpus {len(dataset.corpus)} documents, {len(dataset.queries)} queries; cached vectors: {len(cached)}")
     async with ContextEngine(config, embedder=cached) as engine:
-        failed, seconds = await ingest_dataset(engine, dataset, source_id=SOURCE)
-        cached.save()
-        r0 = await engine.revision()
-        log(f"ingested in {seconds:.0f} s ({failed} failed); revision {r0}")
-        await run_queries(engine, dataset, as_of=None, top_k=args.top_k)  # warm caches and pool
-        before, before_ms = await run_queries(engine, dataset, as_of=None, top_k=args.top_k)
-        replaced = await replace_tenth(engine, dataset, args.seed)
-        cached.save()
+        before: dict[str, list[str]] | None = None
+        before_ms: list[float] = []
+        if reuse and state is not None:
+            r0, replaced = int(state["r0"]), set(state["replaced"])
+            log(f"reusing the database of an earlier run: r0 {r0}, {len(replaced)} replaced")
+        else:
+            failed, seconds = await ingest_dataset(engine, dataset, source_id=SOURCE)
+            cached.save()
+            r0 = await engine.revision()
+            log(f"ingested in {seconds:.0f} s ({failed} failed); revision {r0}")
+            await run_queries(engine, dataset, as_of=None, top_k=args.top_k)  # warm caches and pool
+            before, before_ms = await run_queries(engine, dataset, as_of=None, top_k=args.top_k)
+            replaced = await replace_tenth(engine, dataset, args.seed)
+            cached.save()
+            state_file.write_text(json.dumps({"key": key, "r0": r0, "replaced": sorted(replaced)}))
         current = await engine.revision()
         log(f"replaced {len(replaced)} documents; revision {r0} -> {current}")
-        plain, plain_ms = await run_queries(engine, dataset, as_of=None, top_k=args.top_k)
-        at_current, current_ms = await run_queries(engine, dataset, as_of=current, top_k=args.top_k)
-        past, past_ms = await run_queries(engine, dataset, as_of=r0, top_k=args.top_k)
+        await run_queries(engine, dataset, as_of=r0, top_k=args.top_k)  # warm the history pages too
+        runs = interleaved(engine, dataset, {"plain": None, "current": current, "r0": r0}, args.top_k)
+        measured = await runs
+        (plain, plain_ms), (at_current, current_ms), (past, past_ms) = (
+            measured["plain"],
+            measured["current"],
+            measured["r0"],
+        )
         chunks = (await engine.stats(principals=TRUSTED)).chunks
     unchanged = {q for q, rel in dataset.qrels.items() if not set(rel) & replaced}
-    same_as_then = sum(past[q][:10] == before[q][:10] for q in dataset.queries)
     load = os.getloadavg()
     print(
         f"revisions benchmark on {dataset.name}: {len(dataset.corpus)} documents ({chunks} current chunks), "
         f"{len(dataset.queries)} queries, top_k {args.top_k}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
-    print(line("plain search at r0 (before)", before_ms))
+    if before is not None:
+        print(line("plain search at r0 (before)", before_ms))
     print(line("plain search (current)", plain_ms))
     print(line("as_of = current revision", current_ms, plain_ms))
     print(line("as_of = r0 (before 10% replaced)", past_ms, plain_ms))
     print(
         f"  nDCG@10 on {len(unchanged)} unchanged queries: plain {ndcg(plain, dataset, unchanged):.4f}, "
-        f"as_of=current {ndcg(at_current, dataset, unchanged):.4f}, as_of=r0 {ndcg(past, dataset, unchanged):.4f}, "
-        f"plain at r0 {ndcg(before, dataset, unchanged):.4f}"
+        f"as_of=current {ndcg(at_current, dataset, unchanged):.4f}, as_of=r0 {ndcg(past, dataset, unchanged):.4f}"
     )
-    print(
-        f"  all {len(dataset.queries)} queries: nDCG@10 plain at r0 {ndcg(before, dataset, set(dataset.queries)):.4f}, "
-        f"as_of=r0 {ndcg(past, dataset, set(dataset.queries)):.4f}; as_of=r0 top-10 identical to plain at r0 "
-        f"for {same_as_then}/{len(dataset.queries)}"
-    )
+    if before is not None:
+        everything = set(dataset.queries)
+        same = sum(past[q][:10] == before[q][:10] for q in everything)
+        print(
+            f"  all {len(everything)} queries: nDCG@10 plain at r0 {ndcg(before, dataset, everything):.4f}, "
+            f"as_of=r0 {ndcg(past, dataset, everything):.4f}; as_of=r0 top-10 identical to plain at r0 "
+            f"for {same}/{len(everything)}"
+        )
 
 
 def main() -> int:
@@ -197,6 +239,9 @@ def main() -> int:
     parser.add_argument("--queries", type=int, help="run only the first N judged queries")
     parser.add_argument("--top-k", type=int, default=100, help="passages per search (documents ranked by best)")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument(
+        "--reuse", action="store_true", help="measure again on the database an earlier run with these settings left"
+    )
     asyncio.run(main_async(parser.parse_args()))
     return 0
 
