@@ -177,3 +177,21 @@ async def test_vacuum_removes_invisible_history_and_expires_older_reads(eng: Con
         await eng.vacuum_revisions(r3 + 5)
     again = await eng.vacuum_revisions(r1)  # the horizon never moves back
     assert again.horizon == r2 and again.versions_removed == 0
+
+
+async def test_the_cli_vacuums_and_refuses_a_revision_ahead(
+    eng: ContextEngine, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+
+    from context_engine.cli import main
+
+    _, r1 = await _ingest(eng, "c.md", "first text of the command line document")
+    _, r2 = await _ingest(eng, "c.md", "second text of the command line document")
+    code = await asyncio.to_thread(main, ["vacuum-revisions", "--database-url", database_url, "--keep-after", str(r2)])
+    out = capsys.readouterr()
+    assert code == 0 and "1 versions and 1 chunks removed; oldest readable revision 2" in out.out
+    with pytest.raises(RevisionExpired):
+        await eng.get_document((await eng.list_documents()).documents[0].id, as_of=r1)
+    code = await asyncio.to_thread(main, ["vacuum-revisions", "--database-url", database_url, "--keep-after", "50"])
+    assert code == 1 and "keep_after 50 is beyond the current revision 2" in capsys.readouterr().err
