@@ -66,6 +66,14 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--source-id", default="default", help="the source (namespace) to file under")
     ing.add_argument("--acl", default="", help="comma-separated principals; empty = visible to everyone")
 
+    vac = sub.add_parser(
+        "vacuum-revisions", help="remove history no revision from --keep-after on can see (bounds its growth)"
+    )
+    vac.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
+    vac.add_argument(
+        "--keep-after", type=int, required=True, help="the oldest revision that stays readable (as_of below it expires)"
+    )
+
     ev = sub.add_parser(
         "eval",
         help="measure retrieval quality on BEIR-format data (each leg, fused, and a BM25 baseline)",
@@ -123,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return asyncio.run(_migrate(args))
             if args.command == "ingest":
                 return asyncio.run(_ingest(args))
+            if args.command == "vacuum-revisions":
+                return asyncio.run(_vacuum_revisions(args))
             if args.command == "eval":
                 return asyncio.run(_eval(args))
             if args.command == "check-acl-exposure":
@@ -278,6 +288,22 @@ async def _migrate(args: argparse.Namespace) -> int:
         await db.aclose()
     applied = ", ".join(report.applied) if report.applied else "nothing to apply (already up to date)"
     print(f"migrated: {applied}; dim={report.dim}; text search config={report.text_search_config}")
+    return 0
+
+
+async def _vacuum_revisions(args: argparse.Namespace) -> int:
+    from context_engine.revisions.retention import vacuum
+    from context_engine.storage.database import Database
+
+    db = Database(_config(args.database_url))
+    try:
+        report = await vacuum(await db.engine(), args.keep_after)
+    finally:
+        await db.aclose()
+    print(
+        f"vacuumed: {report['versions_removed']} versions and {report['chunks_removed']} chunks removed; "
+        f"oldest readable revision {report['horizon']}"
+    )
     return 0
 
 

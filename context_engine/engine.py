@@ -43,6 +43,9 @@ from context_engine.redaction import RedactionPolicy
 from context_engine.redaction.apply import IngestScrubber, Redactor, effective_key
 from context_engine.retrieval.retriever import Retriever
 from context_engine.retrieval.search import search as run_search
+from context_engine.revisions import as_of as revisions_as_of
+from context_engine.revisions import idempotency, keyed, retention
+from context_engine.revisions.models import DocumentVersion, VacuumReport
 from context_engine.services import HttpClientFactory, Services
 from context_engine.storage import repository as repo
 from context_engine.storage.predicates import ReadScope
@@ -168,6 +171,7 @@ class ContextEngine:
         mime: str | None = None,
         principals: Iterable[str] | object = TRUSTED,
         mode: str = "hybrid",
+        idempotency_key: str | None = None,
     ) -> IngestReport:
         """Ingest one document. A bad document becomes a ``failed`` report, never an exception.
 
@@ -178,11 +182,14 @@ class ContextEngine:
         Raises only for a bad call (both or neither of text/file, an ACL the caller does not hold)
         and for ``IngestTooLarge`` (an intake cap refuses, it never trims). A provider failure
         mid-embedding leaves the document in status ``embedding``; see ``resume_embeddings``.
+        ``idempotency_key`` (per source): the same key with the same request returns the first
+        report without writing; with other content it raises ``IdempotencyKeyReused`` (409).
         """
         if (text is None) == (file is None):
             raise InvalidRequest("pass exactly one of text= or file=")
         if mode not in ("hybrid", "graph"):
             raise InvalidRequest('mode must be "hybrid" or "graph"')
+        key = idempotency.check_key(idempotency_key) if idempotency_key is not None else None
         caller = resolve(principals)  # type: ignore[arg-type]
         acl_list = _clean_acl(acl)
         if not holds_acl(acl_list, caller):
@@ -204,15 +211,24 @@ class ContextEngine:
         attributes = scrub.obj(dict(attributes or {}))
         if text is not None and mime is None:
             mime = "text/html" if name and name.lower().endswith((".html", ".htm")) else "text/markdown"
-        report = await self._ingestor.ingest(
-            source,
-            name=name,
-            source_id=source_id,
-            acl=acl_list,
-            attributes=attributes,
-            mime=mime,
-            caller=caller,
-        )
+
+        async def run() -> DocumentReport:
+            return await self._ingestor.ingest(
+                source, name=name, source_id=source_id, acl=acl_list, attributes=attributes, mime=mime, caller=caller
+            )
+
+        if key is None:
+            report = await run()
+        else:
+            digest = keyed.ingest_fingerprint(
+                await keyed.content_digest(source),
+                name=name,
+                source_id=source_id,
+                acl=acl_list,
+                attributes=attributes,
+                mime=mime,
+            )
+            report = await _keyed_ingest(await self._ready(), source_id, key, digest, run)
         stored = report.status in ("completed", "embedding") and report.document_id is not None
         if self.config.ingest.extract_fields and stored:
             await self._extract_after_ingest(report.document_id)  # type: ignore[arg-type]
@@ -262,8 +278,11 @@ class ContextEngine:
         compress_to_tokens: int | None = None,
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
+        as_of: int | None = None,
     ) -> SearchResult:
         """Hybrid search: every registered leg (full-text, trigram, vector, ...) fused by ``fusion.method``.
+
+        ``as_of`` searches the store as it was at that revision (``None``: the current one).
 
         ``group_by="document"`` counts distinct documents in ``top_k`` (up to
         ``search.max_top_documents``), each with its best passages (``SearchResult.documents``).
@@ -279,7 +298,8 @@ class ContextEngine:
         top_k = _check_top_k(top_k, cfg.max_top_documents if group_by == "document" else cfg.max_top_k)
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
-        scope = ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids))
+        revision = await revisions_as_of.resolve(await self._ready(), as_of)
+        scope = ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids), as_of=revision)
         if compress_to_tokens is not None and (
             not isinstance(compress_to_tokens, int) or isinstance(compress_to_tokens, bool) or compress_to_tokens < 1
         ):
@@ -297,14 +317,46 @@ class ContextEngine:
         include_text: bool = True,
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
+        as_of: int | None = None,
+        version: int | None = None,
     ) -> Document:
+        """The document now, as of revision ``as_of``, or one ``version`` of it; a past version is
+        answered under the ACL it had then."""
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
         doc_id = _check_uuid(document_id)
-        row = await repo.get_document(await self._ready(), doc_id, ReadScope(caller), with_text=include_text)
+        db = await self._ready()
+        if version is not None and as_of is not None:
+            raise InvalidRequest("pass as_of or version, not both")
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
+            raise InvalidRequest("version must be a positive integer")
+        scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of))
+        row = await repo.get_document(db, doc_id, scope, with_text=include_text, version=version)
         if row is None:
-            raise NotFound(f"document {document_id} not found")
+            what = f"version {version} of document" if version is not None else "document"
+            raise NotFound(f"{what} {document_id} not found")
         return _document(row, trusted=caller is None, red=red)
+
+    async def document_versions(
+        self,
+        document_id: str,
+        *,
+        principals: Iterable[str] | object | None = None,
+        redaction: RedactionPolicy | None = None,
+        redaction_secret_key: str | bytes | None = None,
+    ) -> list[DocumentVersion]:
+        """Every version of the document the caller may see (each under its own ACL), oldest first,
+        with its revision range; ``NotFound`` when there is none."""
+        caller = resolve(principals)  # type: ignore[arg-type]
+        red = self._redactor(caller, redaction, redaction_secret_key)
+        doc_id = _check_uuid(document_id)
+        rows = await repo.document_versions(await self._ready(), doc_id, ReadScope(caller))
+        if not rows:
+            raise NotFound(f"document {document_id} not found")
+        return [
+            DocumentVersion(**{**r, "name": red.text(r["name"]), "attributes": red.obj(r["attributes"] or {})})
+            for r in rows
+        ]
 
     async def list_documents(
         self,
@@ -315,15 +367,17 @@ class ContextEngine:
         cursor: str | None = None,
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
+        as_of: int | None = None,
     ) -> DocumentPage:
+        """A page of the documents the caller may see, now or as of revision ``as_of``."""
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 500:
             raise InvalidRequest("limit must be an integer between 1 and 500")
         after = _decode_cursor(cursor) if cursor else None
-        rows = await repo.list_documents(
-            await self._ready(), ReadScope(caller, _check_ids("source_ids", source_ids)), limit=limit + 1, after=after
-        )
+        db = await self._ready()
+        scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=await revisions_as_of.resolve(db, as_of))
+        rows = await repo.list_documents(db, scope, limit=limit + 1, after=after)
         more = len(rows) > limit
         rows = rows[:limit]
         docs = [_document(r, trusted=caller is None, red=red) for r in rows]
@@ -372,22 +426,45 @@ class ContextEngine:
             redaction_secret_key=redaction_secret_key,
         )
 
-    async def delete_document(self, document_id: str, *, principals: Iterable[str] | object | None = None) -> int:
-        """Delete from the next revision on; returns that revision."""
+    async def delete_document(
+        self,
+        document_id: str,
+        *,
+        principals: Iterable[str] | object | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """Delete from the next revision on; returns that revision (reads as of earlier ones still see it).
+
+        With ``idempotency_key`` a retry is a no-op that returns the revision of the first delete.
+        """
         caller = resolve(principals)  # type: ignore[arg-type]
         doc_id = _check_uuid(document_id)
-        revision = await repo.delete_document(await self._ready(), doc_id, ReadScope(caller))
+        db = await self._ready()
+        if idempotency_key is None:
+            revision = await repo.delete_document(db, doc_id, ReadScope(caller))
+        else:
+            revision = await _keyed_delete(db, doc_id, caller, idempotency.check_key(idempotency_key))
         if revision is None:
             raise NotFound(f"document {document_id} not found")
         await self.repair_graph(doc_id)  # frequencies, orphans, touched communities (one query without a graph)
         return revision
 
+    async def vacuum_revisions(self, keep_after: int) -> VacuumReport:
+        """Remove history no revision from ``keep_after`` on can see; reads as of earlier revisions
+        then answer ``revision_expired``. Current documents are untouched."""
+        return VacuumReport(**await retention.vacuum(await self._ready(), keep_after))
+
     async def stats(
-        self, *, principals: Iterable[str] | object | None = None, source_ids: Sequence[str] | None = None
+        self,
+        *,
+        principals: Iterable[str] | object | None = None,
+        source_ids: Sequence[str] | None = None,
+        as_of: int | None = None,
     ) -> Stats:
         caller = resolve(principals)  # type: ignore[arg-type]
-        data = await repo.stats(await self._ready(), ReadScope(caller, _check_ids("source_ids", source_ids)))
-        return Stats(**data)
+        db = await self._ready()
+        scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=await revisions_as_of.resolve(db, as_of))
+        return Stats(**await repo.stats(db, scope))
 
     # ------------------------------------------------------------------ knowledge
     async def knowledge_query(
@@ -402,13 +479,15 @@ class ContextEngine:
         source_ids: Sequence[str] | None = None,
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
+        as_of: int | None = None,
     ) -> KnowledgeResult:
         """The passages that best answer ``query``, with a trace of how they were found.
 
         Expansion, per-query vector + full-text search, fusion, enumeration widening and a guarded
         rerank: see :mod:`context_engine.knowledge.pipeline`. ``expand=False, rerank=False`` calls no
         model. ``agent_id`` narrows to the agent's links (an unknown agent is ``NotFound``). Output
-        redaction applies as for ``search``, to the judge's view of the passages as well.
+        redaction applies as for ``search``, to the judge's view of the passages as well. ``as_of``
+        reads the store as of that revision.
         """
         from context_engine.knowledge.pipeline import knowledge_query
 
@@ -417,6 +496,7 @@ class ContextEngine:
         if not isinstance(expand, bool) or not isinstance(rerank, bool):
             raise InvalidRequest("expand and rerank must be booleans")
         caller = resolve(principals)  # type: ignore[arg-type]
+        revision = await revisions_as_of.resolve(await self._ready(), as_of)
         return await knowledge_query(
             self._retriever,
             self._redactor(caller, redaction, redaction_secret_key),
@@ -427,6 +507,7 @@ class ContextEngine:
             expand=expand,
             rerank=rerank,
             source_ids=_check_ids("source_ids", source_ids),
+            as_of=revision,
         )
 
     async def link_agent_sources(
@@ -858,6 +939,43 @@ class ContextEngine:
 
 
 # ---------------------------------------------------------------------- helpers
+async def _keyed_ingest(
+    db: AsyncEngine, source_id: str, key: str, digest: str, run: Callable[[], Any]
+) -> DocumentReport:
+    """``run()`` once per (source, key): a retry gets the first report back and writes nothing."""
+
+    async def work() -> idempotency.Outcome:
+        report: DocumentReport = await run()
+        result = report.model_dump(mode="json")
+        return idempotency.Outcome(report.document_id, report.version, report.revision, result, replayed=False)
+
+    outcome = await idempotency.run_once(db, source_id=source_id, key=key, operation="ingest", digest=digest, work=work)
+    return DocumentReport(**outcome.result)
+
+
+async def _keyed_delete(db: AsyncEngine, document_id: str, caller: tuple[str, ...] | None, key: str) -> int | None:
+    """One delete per (source, key); a retry answers the first delete's revision if the caller
+    could see the document just before it."""
+    source_id = await repo.document_source(db, document_id)
+    if source_id is None:
+        return None
+
+    async def work() -> idempotency.Outcome:
+        revision = await repo.delete_document(db, document_id, ReadScope(caller))
+        if revision is None:
+            raise NotFound(f"document {document_id} not found")
+        return idempotency.Outcome(document_id, None, revision, {"revision": revision}, replayed=False)
+
+    outcome = await idempotency.run_once(
+        db, source_id=source_id, key=key, operation="delete", digest=keyed.delete_fingerprint(document_id), work=work
+    )
+    if outcome.replayed and outcome.revision is not None:
+        seen = await repo.get_document(db, document_id, ReadScope(caller, as_of=outcome.revision - 1), with_text=False)
+        if seen is None:
+            return None
+    return outcome.revision
+
+
 def _totals(reports: list[DocumentReport]) -> IngestReport:
     totals = {"files": len(reports), "completed": 0, "failed": 0, "skipped": 0, "embedding": 0, "chunks": 0}
     for report in reports:

@@ -139,7 +139,11 @@ async def test_every_write_advances_the_revision(engine: ContextEngine) -> None:
     db = await engine.database()
     async with db.connect() as conn:
         closed = await conn.scalar(
-            text("SELECT valid_to FROM ce_document_versions WHERE document_id = CAST(:d AS uuid)"),
+            # the update wrote version 2 (a metadata change is history); the delete closed it
+            text(
+                "SELECT valid_to FROM ce_document_versions WHERE document_id = CAST(:d AS uuid) "
+                "ORDER BY version DESC LIMIT 1"
+            ),
             {"d": doc.document_id},
         )
     assert closed == deleted_at

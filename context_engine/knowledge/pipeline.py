@@ -103,18 +103,19 @@ async def knowledge_query(
     expand: bool,
     rerank: bool,
     source_ids: Sequence[str] | None,
+    as_of: int | None = None,
 ) -> KnowledgeResult:
     """The best ``top_k`` passages for ``query`` and a trace of how they were found (see module doc).
 
     The arguments were validated by the engine. ``red`` (the output redaction for this call) applies
     to every text that leaves the engine: the passages, names and sections returned, and the passages
-    shown to the judge.
+    shown to the judge. ``as_of`` (checked by the engine) is the revision read, ``None`` the current one.
     """
     services = retriever.services
     db = await services.db()
     if agent_id is not None:
         agent_id = await agents.require_agent(db, agent_id)
-    scope = ReadScope(caller, list(source_ids) if source_ids is not None else None, None, agent_id)
+    scope = ReadScope(caller, list(source_ids) if source_ids is not None else None, None, agent_id, as_of)
     config = services.config
     models = _Models(config, services.http_client_factory)
     tokens = 0

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from context_engine.storage.predicates import visibility
+from context_engine.storage.predicates import live, visibility
 
 #: chunks fully scored per result row asked for, ranked first by their upper bound (see :func:`rank`).
 #: On SciFact (``limit`` 50, a claim-length query matching ~3,250 of 9,198 chunks at the median)
@@ -46,6 +46,7 @@ async def rank(
     limit: int,
     bound_depth: int = BOUND_DEPTH,
     report: dict[str, Any] | None = None,
+    as_of: int | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best chunks by BM25, ``(id, score)`` best first: the same rows and order as
     scoring every candidate, with most of the per-chunk work skipped.
@@ -62,10 +63,14 @@ async def rank(
        exact; otherwise every candidate is scored.
 
     ``report``, when given, receives ``candidates``, ``scored`` and ``pass`` (``bounded`` or ``full``).
+    ``as_of`` (a past revision) takes the statistics from the chunks visible then: see :func:`_weights_as_of`.
     """
     params["bm25_k1"] = float(k1)
     params["bm25_b"] = float(b)
-    weights = (await conn.execute(text(_weights_sql(terms, stats_scope, params)), params)).all()
+    if as_of is None:
+        weights = (await conn.execute(text(_weights_sql(terms, stats_scope, params)), params)).all()
+    else:
+        weights = await _weights_as_of(conn, terms, stats_scope, params, as_of)
     if report is not None:
         report.update({"candidates": 0, "scored": 0, "pass": "bounded"})
     if not weights:
@@ -75,8 +80,7 @@ async def rank(
     params["bm25_avgdl"] = float(weights[0][2])
     bounds = []
     for i, (lexeme, idf) in enumerate(zip(params["bm25_lex"], params["bm25_idf"], strict=True)):
-        # a single-lexeme tsquery literal, quoted so that no character of the lexeme is an operator
-        params[f"bm25_t{i}"] = "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+        params[f"bm25_t{i}"] = _lexeme_query(lexeme)
         params[f"bm25_u{i}"] = idf * (float(k1) + 1)
         bounds.append(f"CASE WHEN c.tsv @@ CAST(:bm25_t{i} AS tsquery) THEN CAST(:bm25_u{i} AS float8) ELSE 0 END")
     depth = max(1, bound_depth * limit)
@@ -109,6 +113,41 @@ def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]
     )
 
 
+def _lexeme_query(lexeme: str) -> str:
+    """A single-lexeme tsquery literal, quoted so that no character of the lexeme is an operator."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+async def _weights_as_of(
+    conn: AsyncConnection, terms: str, stats_scope: dict[str, Any], params: dict[str, Any], as_of: int
+) -> list[tuple[str, float, float]]:
+    """``(lexeme, idf, avgdl)`` as of revision ``as_of``, counted exactly from the chunks visible then.
+
+    The kept statistics describe the current revision only, so a past read counts: one scan of the
+    chunks the caller could see in the searched sources at ``as_of`` (the same slice the kept
+    groups sum for a current read), one ``@@`` test per query lexeme. It costs a scan of the
+    caller's history slice, and it gives the IDF and average length a store holding only that
+    revision would have given, so a past ranking is the ranking of then.
+    """
+    lexemes = [str(r[0]) for r in await conn.execute(text(f"SELECT DISTINCT x FROM unnest({terms}) x"), params)]
+    if not lexemes:
+        return []
+    stats: dict[str, Any] = {}
+    counts, values = [], []
+    for i, lexeme in enumerate(lexemes):
+        stats[f"bm25_l{i}"], stats[f"bm25_q{i}"] = lexeme, _lexeme_query(lexeme)
+        counts.append(f"count(*) FILTER (WHERE c.tsv @@ CAST(:bm25_q{i} AS tsquery))::float8 AS df{i}")
+        values.append(f"(CAST(:bm25_l{i} AS text), v.df{i})")
+    visible = f"{live('c', stats, as_of)} AND {visibility('c', stats, **stats_scope)}"
+    statement = (
+        "WITH v AS (SELECT count(*)::float8 AS n, coalesce(sum(c.tsv_tokens), 0)::float8 AS tokens, "
+        f"{', '.join(counts)} FROM ce_chunks c WHERE {visible}) "
+        "SELECT t.lexeme, ln(1 + (v.n - t.df + 0.5) / (t.df + 0.5)), greatest(v.tokens / greatest(v.n, 1), 1) "
+        f"FROM v CROSS JOIN LATERAL (VALUES {', '.join(values)}) AS t(lexeme, df) ORDER BY t.lexeme"
+    )
+    return [(str(r[0]), float(r[1]), float(r[2])) for r in await conn.execute(text(statement), stats)]
+
+
 # Term frequencies come from the chunk's own ``tsvector``: the query terms are marked with weight A
 # and filtered out, so only those few entries are unnested per chunk, not the whole vector (a lexeme
 # that already carried weight A is dropped again by the join with the query terms).
@@ -134,7 +173,7 @@ def _bounded_sql(tsquery: str, chunk_predicate: str, bound: str) -> str:
     return (
         f"WITH q AS MATERIALIZED (SELECT {tsquery} AS q), "
         f"b AS MATERIALIZED (SELECT c.id, {bound} AS ub FROM ce_chunks c CROSS JOIN q "
-        f"WHERE c.valid_to IS NULL AND c.tsv @@ q.q AND {chunk_predicate} ORDER BY ub DESC LIMIT :bm25_depth1), "
+        f"WHERE c.tsv @@ q.q AND {chunk_predicate} ORDER BY ub DESC LIMIT :bm25_depth1), "
         "top AS (SELECT id FROM b ORDER BY ub DESC LIMIT :bm25_depth), "
         f"s AS ({scored}) "
         "SELECT s.id, s.r, (SELECT count(*) FROM b), (SELECT min(ub) FROM b) FROM s "
@@ -146,7 +185,7 @@ def _full_sql(tsquery: str, chunk_predicate: str) -> str:
     """Every candidate scored: the answer when the bounds could not prove the short pass exact."""
     scored = _SCORE.format(
         source="ce_chunks c CROSS JOIN q",
-        where=f"WHERE c.valid_to IS NULL AND c.tsv @@ q.q AND {chunk_predicate}",
+        where=f"WHERE c.tsv @@ q.q AND {chunk_predicate}",
     )
     return (
         f"WITH q AS MATERIALIZED (SELECT {tsquery} AS q), s AS ({scored}) "

@@ -77,7 +77,7 @@ class VectorPlan:
     plan: str  # "exact" | "ann"
     eligible: int | None
     total: int | None = None
-    method: str = "given"  # "counts" | "capped_count" | "given"
+    method: str = "given"  # "counts" | "capped_count" | "given" | "as_of"
     threshold: int | None = None
     fallback: bool = False
     ef_search: int | None = None
@@ -169,7 +169,7 @@ async def capped_count(conn: AsyncConnection, scope: ReadScope, cap: int) -> int
     """Eligible rows counted under the shared predicate, stopping at ``cap``: exact, costs O(rows)."""
     params: dict[str, Any] = {"cap": cap}
     statement = (
-        "SELECT count(*) FROM (SELECT 1 FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
+        "SELECT count(*) FROM (SELECT 1 FROM ce_chunks c WHERE c.embedding IS NOT NULL "
         f"AND {scope.predicate('c', params)} LIMIT :cap) s"
     )
     return int(await conn.scalar(text(statement), params) or 0)
@@ -199,6 +199,9 @@ async def plan_vector(
     to one region (the permissions of a team that owns one topic) keeps the exact scan, where the
     index would answer with the wrong rows (benchmarks/README.md, "ACL recall").
     """
+    if scope.historical:
+        # the HNSW index holds current rows only: a past revision is answered by the exact scan
+        return VectorPlan(EXACT, None, None, "as_of", threshold)
     unfiltered = False
     async with db.connect() as conn:
         if scope.agent_id is not None:

@@ -1,7 +1,11 @@
-"""The one ACL + scope predicate that every search leg and every read shares.
+"""The one ACL + scope + time predicate that every search leg and every read shares.
 
 It is SQL, never a Python post-filter: a row the caller may not see is never fetched, ranked
 or counted. All values are bound parameters.
+
+Time is part of it: a chunk or version row is visible in the revisions ``[valid_from, valid_to)``.
+``as_of=None`` reads the current revision (``valid_to IS NULL``, the condition the partial indexes
+are built on); an integer reads the store as it was right after that revision committed.
 """
 
 from __future__ import annotations
@@ -37,22 +41,40 @@ def visibility(
     return " AND ".join(parts) if parts else "TRUE"
 
 
+def live(alias: str, params: dict[str, Any], as_of: int | None) -> str:
+    """The rows of ``alias`` visible at revision ``as_of`` (``None``: the current ones)."""
+    if as_of is None:
+        return f"{alias}.valid_to IS NULL"
+    params["vis_as_of"] = int(as_of)
+    return f"{alias}.valid_from <= :vis_as_of AND ({alias}.valid_to IS NULL OR {alias}.valid_to > :vis_as_of)"
+
+
 @dataclass(frozen=True)
 class ReadScope:
     """Who reads and which slice they narrowed to: the input of every read and search leg.
 
     ``principals=None`` is a trusted caller. ``agent_id`` narrows further to the documents and
     sources linked to that agent (``ce_agent_links``); links are configuration, so the caller's
-    ACL still applies on top of them.
+    ACL still applies on top of them. ``as_of`` is the revision read (``None``: the current one).
     """
 
     principals: tuple[str, ...] | None
     source_ids: Sequence[str] | None = None
     document_ids: Sequence[str] | None = None
     agent_id: str | None = None
+    as_of: int | None = None
+
+    @property
+    def historical(self) -> bool:
+        """True when the read is of a past revision: the partial (current-only) indexes cannot serve it."""
+        return self.as_of is not None
+
+    def live(self, alias: str, params: dict[str, Any]) -> str:
+        """The time part alone, on chunk or version rows under ``alias``."""
+        return live(alias, params, self.as_of)
 
     def predicate(self, alias: str, params: dict[str, Any]) -> str:
-        """The SQL condition on chunk rows under ``alias``; its values are added to ``params``."""
+        """The SQL condition on chunk rows under ``alias`` (time included); its values are added to ``params``."""
         base = visibility(
             alias,
             params,
@@ -60,6 +82,7 @@ class ReadScope:
             source_ids=self.source_ids,
             document_ids=self.document_ids,
         )
+        base = self.live(alias, params) if base == "TRUE" else f"{self.live(alias, params)} AND {base}"
         if self.agent_id is None:
             return base
         params["agent_id"] = self.agent_id
@@ -69,7 +92,7 @@ class ReadScope:
             f"OR {alias}.source_id IN (SELECT l.ref FROM ce_agent_links l "
             "WHERE l.agent_id = :agent_id AND l.kind = 'source'))"
         )
-        return linked if base == "TRUE" else f"{base} AND {linked}"
+        return f"{base} AND {linked}"
 
     def document_predicate(self, alias: str, params: dict[str, Any]) -> str:
         """The same condition on document rows (``ce_documents``), whose key column is ``id``."""
@@ -81,3 +104,16 @@ class ReadScope:
             document_ids=self.document_ids,
             document_column="id",
         )
+
+    def version_predicate(self, alias: str, params: dict[str, Any]) -> str:
+        """The same condition on version rows (``ce_document_versions``): each version carries the
+        ACL, source and name the document had while it was current, so a past read applies the
+        permissions of then."""
+        base = visibility(
+            alias,
+            params,
+            principals=self.principals,
+            source_ids=self.source_ids,
+            document_ids=self.document_ids,
+        )
+        return f"{self.live(alias, params)} AND {base}"

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.storage import bm25_stats
-from context_engine.storage.predicates import ReadScope
+from context_engine.storage.predicates import ReadScope, live, visibility
 from context_engine.storage.vectors import vector_literal
 
 _DOC_COLUMNS = (
@@ -430,26 +430,106 @@ def _doc_scope(scope: ReadScope, params: dict[str, Any]) -> str:
     return scope.document_predicate("d", params)
 
 
+#: a document as one of its versions answers: the version row's own name, ACL and attributes, the live
+#: document's status while the version is the current one (a closed version was complete when closed)
+_VERSION_COLUMNS = (
+    "v.document_id AS id, v.name, v.source_id, v.mime, v.acl, v.attributes, "
+    "CASE WHEN d.version = v.version THEN d.status ELSE 'completed' END AS status, "
+    "CASE WHEN d.version = v.version THEN d.failure_reason END AS failure_reason, "
+    "CASE WHEN d.version = v.version THEN d.error END AS error, "
+    "v.version, v.valid_from AS updated_revision, v.chunk_count, v.meta, "
+    "(SELECT min(f.created_at) FROM ce_document_versions f WHERE f.document_id = v.document_id) AS created_at, "
+    "v.created_at AS updated_at, v.valid_from, v.valid_to"
+)
+_VERSION_TEXT = (
+    ", (SELECT coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') FROM ce_chunks c "
+    "WHERE c.document_id = v.document_id AND c.version = v.version) AS text"
+)
+_VERSION_FROM = "FROM ce_document_versions v LEFT JOIN ce_documents d ON d.id = v.document_id"
+
+
 async def get_document(
-    db: AsyncEngine, document_id: str, scope: ReadScope, *, with_text: bool
+    db: AsyncEngine, document_id: str, scope: ReadScope, *, with_text: bool, version: int | None = None
 ) -> dict[str, Any] | None:
+    """The document as the caller may see it: now, as of ``scope.as_of``, or one ``version`` of it.
+
+    A version is answered under the ACL it carried (what a reader of then was allowed), never the
+    document's current one.
+    """
     params: dict[str, Any] = {"id": document_id}
-    cols = _DOC_COLUMNS + (", text" if with_text else "")
-    sql = f"SELECT {cols} FROM ce_documents d WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)}"
+    if version is None and not scope.historical:
+        cols = _DOC_COLUMNS + (", text" if with_text else "")
+        sql = f"SELECT {cols} FROM ce_documents d WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)}"
+    else:
+        if version is not None:
+            params["ver"] = version
+            where = "v.version = :ver AND " + visibility(
+                "v", params, principals=scope.principals, source_ids=scope.source_ids
+            )
+        else:
+            where = scope.version_predicate("v", params)
+        cols = _VERSION_COLUMNS + (_VERSION_TEXT if with_text else "")
+        sql = f"SELECT {cols} {_VERSION_FROM} WHERE v.document_id = CAST(:id AS uuid) AND {where}"
     async with db.connect() as conn:
         row = (await conn.execute(text(sql), params)).mappings().first()
     return dict(row) if row else None
+
+
+async def document_versions(db: AsyncEngine, document_id: str, scope: ReadScope) -> list[dict[str, Any]]:
+    """Every version of a document the caller may see (each under its own ACL), oldest first,
+    with the revision range ``[valid_from, valid_to)`` it is visible in."""
+    params: dict[str, Any] = {"id": document_id}
+    where = visibility("v", params, principals=scope.principals, source_ids=scope.source_ids)
+    sql = (
+        "SELECT v.version, v.name, v.source_id, v.content_hash, v.acl, v.attributes, v.chunk_count, "
+        "v.valid_from, v.valid_to, v.created_at FROM ce_document_versions v "
+        f"WHERE v.document_id = CAST(:id AS uuid) AND {where} ORDER BY v.version"
+    )
+    async with db.connect() as conn:
+        return [dict(r) for r in (await conn.execute(text(sql), params)).mappings()]
+
+
+async def document_source(db: AsyncEngine, document_id: str) -> str | None:
+    """The source a document is (or was) in, deleted or not: the namespace of its idempotency keys."""
+    async with db.connect() as conn:
+        found = await conn.scalar(
+            text(
+                "SELECT source_id FROM ce_documents WHERE id = CAST(:id AS uuid) UNION ALL "
+                "(SELECT source_id FROM ce_document_versions WHERE document_id = CAST(:id AS uuid) LIMIT 1) LIMIT 1"
+            ),
+            {"id": document_id},
+        )
+    return str(found) if found is not None else None
+
+
+async def versions_at(db: AsyncEngine, document_ids: Sequence[str], as_of: int | None) -> dict[str, int]:
+    """The version of each document visible at ``as_of`` (``None``: the current one)."""
+    if not document_ids:
+        return {}
+    params: dict[str, Any] = {"ids": list(document_ids)}
+    sql = (
+        "SELECT CAST(v.document_id AS text), v.version FROM ce_document_versions v "
+        f"WHERE v.document_id = ANY(CAST(:ids AS uuid[])) AND {live('v', params, as_of)}"
+    )
+    async with db.connect() as conn:
+        return {str(r[0]): int(r[1]) for r in await conn.execute(text(sql), params)}
 
 
 async def list_documents(
     db: AsyncEngine, scope: ReadScope, *, limit: int, after: tuple[str, str] | None
 ) -> list[dict[str, Any]]:
     params: dict[str, Any] = {"limit": limit}
-    where = _doc_scope(scope, params)
+    if scope.historical:
+        versions = scope.version_predicate("v", params)
+        sql = f"SELECT * FROM (SELECT {_VERSION_COLUMNS} {_VERSION_FROM} WHERE {versions}) d"
+        where = "TRUE"
+    else:
+        sql = f"SELECT {_DOC_COLUMNS} FROM ce_documents d"
+        where = _doc_scope(scope, params)
     if after is not None:
         params["ac"], params["ai"] = after
         where += " AND (d.created_at, d.id) > (CAST(:ac AS timestamptz), CAST(:ai AS uuid))"
-    sql = f"SELECT {_DOC_COLUMNS} FROM ce_documents d WHERE {where} ORDER BY d.created_at, d.id LIMIT :limit"
+    sql += f" WHERE {where} ORDER BY d.created_at, d.id LIMIT :limit"
     async with db.connect() as conn:
         return [dict(r) for r in (await conn.execute(text(sql), params)).mappings()]
 
@@ -463,17 +543,28 @@ async def update_document(
     attributes: dict[str, Any] | None,
     name: str | None,
 ) -> int | None:
-    """Apply metadata changes under the caller's visibility; ``None`` when not visible."""
+    """Apply metadata changes under the caller's visibility; ``None`` when not visible.
+
+    A change is history, not a rewrite: the current version and its chunks are closed at the new
+    revision and a new version (same text, same vectors, the new ACL, name and attributes) opens, so a
+    read as of an earlier revision still applies the ACL of then.
+    """
     async with db.begin() as conn:
         params: dict[str, Any] = {"id": document_id}
-        visible = await conn.scalar(
-            text(
-                f"SELECT d.id FROM ce_documents d WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)} "
-                "FOR UPDATE"
-            ),
-            params,
+        current = (
+            (
+                await conn.execute(
+                    text(
+                        f"SELECT d.version, d.acl FROM ce_documents d WHERE d.id = CAST(:id AS uuid) "
+                        f"AND {_doc_scope(scope, params)} FOR UPDATE"
+                    ),
+                    params,
+                )
+            )
+            .mappings()
+            .first()
         )
-        if visible is None:
+        if current is None:
             return None
         revision = await next_revision(conn)
         sets = ["updated_revision = :r", "updated_at = now()"]
@@ -481,27 +572,62 @@ async def update_document(
         if acl is not None:
             sets.append("acl = CAST(:acl AS text[])")
             values["acl"] = list(acl)
-            await bm25_stats.retract(conn, document_id)
-            # every version keeps the document's current ACL, so no older version leaks
-            await conn.execute(
-                text("UPDATE ce_chunks SET acl = CAST(:acl AS text[]) WHERE document_id = CAST(:id AS uuid)"), values
-            )
-            await bm25_stats.admit(conn, document_id)
         if attributes is not None:
             sets.append("attributes = CAST(:attr AS jsonb)")
             values["attr"] = json.dumps(attributes)
         if name is not None:
             sets.append("name = :n")
             values["n"] = name
-            await conn.execute(
-                text(
-                    "UPDATE ce_document_versions SET name = :n WHERE document_id = CAST(:id AS uuid) "
-                    "AND valid_to IS NULL"
-                ),
+        has_version = await conn.scalar(
+            text("SELECT 1 FROM ce_document_versions WHERE document_id = CAST(:id AS uuid) AND valid_to IS NULL"),
+            values,
+        )
+        if not has_version:  # nothing admitted yet (a failed first ingest): no history to keep
+            await conn.execute(text(f"UPDATE ce_documents SET {', '.join(sets)} WHERE id = CAST(:id AS uuid)"), values)
+            return revision
+        await bm25_stats.retract(conn, document_id)
+        sets.append("version = version + 1")
+        values["v"] = int(
+            await conn.scalar(
+                text(f"UPDATE ce_documents SET {', '.join(sets)} WHERE id = CAST(:id AS uuid) RETURNING version"),
                 values,
             )
-        await conn.execute(text(f"UPDATE ce_documents SET {', '.join(sets)} WHERE id = CAST(:id AS uuid)"), values)
+        )
+        await _open_metadata_version(conn, values)
+        await bm25_stats.admit(conn, document_id)
         return revision
+
+
+async def _open_metadata_version(conn: AsyncConnection, values: dict[str, Any]) -> None:
+    """Version ``:v`` from the document row's new metadata, its chunks copied from the current ones
+    (vectors and all, inside the database); then the previous version and chunks close at ``:r``."""
+    await conn.execute(
+        text(
+            "INSERT INTO ce_document_versions (document_id, version, source_id, name, content_hash, valid_from, "
+            "acl, attributes, mime, meta, chunk_count) SELECT d.id, :v, d.source_id, d.name, o.content_hash, :r, "
+            "d.acl, d.attributes, d.mime, d.meta, d.chunk_count FROM ce_documents d JOIN ce_document_versions o "
+            "ON o.document_id = d.id AND o.valid_to IS NULL WHERE d.id = CAST(:id AS uuid)"
+        ),
+        values,
+    )
+    await conn.execute(
+        text(
+            "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, section, page, "
+            "kind, tsv, embedding, embedding_key, meta, valid_from) SELECT c.document_id, :v, c.position, "
+            "c.source_id, d.acl, c.text, c.text_hash, c.section, c.page, c.kind, c.tsv, c.embedding, "
+            "c.embedding_key, c.meta, :r FROM ce_chunks c JOIN ce_documents d ON d.id = c.document_id "
+            "WHERE c.document_id = CAST(:id AS uuid) AND c.valid_to IS NULL ORDER BY c.position"
+        ),
+        values,
+    )
+    for table in ("ce_document_versions", "ce_chunks"):
+        await conn.execute(
+            text(
+                f"UPDATE {table} SET valid_to = :r WHERE document_id = CAST(:id AS uuid) AND valid_to IS NULL "
+                "AND version < :v"
+            ),
+            values,
+        )
 
 
 async def delete_document(db: AsyncEngine, document_id: str, scope: ReadScope) -> int | None:
@@ -540,10 +666,14 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
     if not ids:
         return {}
     params: dict[str, Any] = {"ids": list(ids)}
+    # the name is the version's own: a hit as of a past revision carries the name of then (rows
+    # written without a version row, as a bulk load may, fall back to the live document's name)
     sql = (
-        "SELECT c.id, c.document_id, d.name AS document_name, c.text, c.source_id, c.position, c.section, "
-        "c.page, c.kind FROM ce_chunks c JOIN ce_documents d ON d.id = c.document_id "
-        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND c.valid_to IS NULL AND {scope.predicate('c', params)}"
+        "SELECT c.id, c.document_id, coalesce(v.name, d.name) AS document_name, c.text, c.source_id, c.position, "
+        "c.section, c.page, c.kind, c.version FROM ce_chunks c LEFT JOIN ce_document_versions v "
+        "ON v.document_id = c.document_id AND v.version = c.version LEFT JOIN ce_documents d ON d.id = c.document_id "
+        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND coalesce(v.name, d.name) IS NOT NULL "
+        f"AND {scope.predicate('c', params)}"
     )
     async with db.connect() as conn:
         return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
@@ -556,7 +686,7 @@ async def chunk_documents(db: AsyncEngine, ids: Sequence[int], scope: ReadScope)
     params: dict[str, Any] = {"ids": list(ids)}
     statement = (
         "SELECT c.id, c.document_id FROM ce_chunks c "
-        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND c.valid_to IS NULL AND {scope.predicate('c', params)}"
+        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND {scope.predicate('c', params)}"
     )
     async with db.connect() as conn:
         return {int(r[0]): str(r[1]) for r in (await conn.execute(text(statement), params)).all()}
@@ -564,33 +694,34 @@ async def chunk_documents(db: AsyncEngine, ids: Sequence[int], scope: ReadScope)
 
 async def stats(db: AsyncEngine, scope: ReadScope) -> dict[str, Any]:
     params: dict[str, Any] = {}
-    where = _doc_scope(scope, params)
+    if scope.historical:
+        rows = f"(SELECT {_VERSION_COLUMNS} {_VERSION_FROM} WHERE {scope.version_predicate('v', params)}) d"
+        where = "TRUE"
+    else:
+        rows, where = "ce_documents d", _doc_scope(scope, params)
     async with db.connect() as conn:
         by_status = {
             r[0]: int(r[1])
-            for r in await conn.execute(
-                text(f"SELECT status, count(*) FROM ce_documents d WHERE {where} GROUP BY 1"), params
-            )
+            for r in await conn.execute(text(f"SELECT d.status, count(*) FROM {rows} WHERE {where} GROUP BY 1"), params)
         }
         sources = {
             r[0]: int(r[1])
             for r in await conn.execute(
-                text(f"SELECT source_id, count(*) FROM ce_documents d WHERE {where} GROUP BY 1 ORDER BY 1"), params
+                text(f"SELECT d.source_id, count(*) FROM {rows} WHERE {where} GROUP BY 1 ORDER BY 1"), params
             )
         }
         chunk_params: dict[str, Any] = {}
         chunks = await conn.scalar(
-            text(f"SELECT count(*) FROM ce_chunks c WHERE c.valid_to IS NULL AND {scope.predicate('c', chunk_params)}"),
-            chunk_params,
+            text(f"SELECT count(*) FROM ce_chunks c WHERE {scope.predicate('c', chunk_params)}"), chunk_params
         )
         if scope.principals is None and scope.source_ids is None:
-            revision = await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1"))
-        else:  # a scoped caller learns nothing about writes to documents it cannot see
-            rev_params: dict[str, Any] = {}
-            revision = await conn.scalar(
-                text(f"SELECT max(updated_revision) FROM ce_documents d WHERE {_doc_scope(scope, rev_params)}"),
-                rev_params,
+            revision = (
+                scope.as_of
+                if scope.historical
+                else await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1"))
             )
+        else:  # a scoped caller learns nothing about writes to documents it cannot see
+            revision = await conn.scalar(text(f"SELECT max(d.updated_revision) FROM {rows} WHERE {where}"), params)
     return {
         "documents": sum(by_status.values()),
         "chunks": int(chunks or 0),

@@ -56,13 +56,14 @@ async def fts_leg(
                 b=bm25_b,
                 limit=limit,
                 report=report,
+                as_of=scope.as_of,
             )
     rank_fn = "ts_rank_cd" if rank == "ts_rank_cd" else "ts_rank"
     # MATERIALIZED: build the tsquery once; inlined, unaccent (only stable) re-runs per row
     statement = (
         f"WITH q AS MATERIALIZED (SELECT {tsq} AS q) SELECT c.id, {rank_fn}(c.tsv, q.q, :norm) AS r "
         "FROM ce_chunks c, q "
-        f"WHERE c.valid_to IS NULL AND c.tsv @@ q.q AND {scope.predicate('c', params)} "
+        f"WHERE c.tsv @@ q.q AND {scope.predicate('c', params)} "
         "ORDER BY r DESC, c.id LIMIT :limit"
     )
     async with db.connect() as conn:

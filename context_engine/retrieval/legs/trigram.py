@@ -21,7 +21,7 @@ async def trigram_leg(
     params: dict[str, Any] = {"q": query, "limit": limit, "t": str(threshold)}
     statement = (
         "SELECT c.id, word_similarity(:q, c.text) AS s FROM ce_chunks c "
-        f"WHERE c.valid_to IS NULL AND :q <% c.text AND {scope.predicate('c', params)} "
+        f"WHERE :q <% c.text AND {scope.predicate('c', params)} "
         "ORDER BY s DESC, c.id LIMIT :limit"
     )
     async with db.begin() as conn:

@@ -35,7 +35,7 @@ async def vector_leg(
     def query(order: str) -> Any:
         return text(
             "SELECT c.id, 1 - (c.embedding <=> CAST(:qv AS vector)) AS sim FROM ce_chunks c "
-            f"WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL AND {predicate} ORDER BY {order} LIMIT :limit"
+            f"WHERE c.embedding IS NOT NULL AND {predicate} ORDER BY {order} LIMIT :limit"
         )
 
     if plan.plan == planner.ANN:
