@@ -45,6 +45,15 @@ async def test_graph_mode_from_ingest_to_the_tool_and_back(database_url: str, se
             scope=Scope(document_ids=(sheet.documents[0].document_id,)),
         )
         assert walled["success"] is False  # outside the ceiling the entity does not exist
+        await engine.update_document(doc.document_id, acl=["group:ops"], principals=TRUSTED)  # a new version
+        moved = await call_knowledge_tool(
+            engine, action="get_neighbors", entity="Widget Pro", principals=["group:ops"], scope=UNSCOPED
+        )
+        hidden = await call_knowledge_tool(
+            engine, action="get_neighbors", entity="Widget Pro", principals=["group:hr"], scope=UNSCOPED
+        )
+        assert moved["success"] is True and "acme corp" in str(moved).lower()
+        assert hidden["success"] is False  # the new ACL holds for the graph too
         await engine.delete_document(doc.document_id, principals=TRUSTED)
         gone = await call_knowledge_tool(
             engine, action="get_neighbors", entity="Widget Pro", principals=TRUSTED, scope=UNSCOPED

@@ -620,6 +620,7 @@ async def _open_metadata_version(conn: AsyncConnection, values: dict[str, Any]) 
         ),
         values,
     )
+    await _repoint_graph_facts(conn, values)
     for table in ("ce_document_versions", "ce_chunks"):
         await conn.execute(
             text(
@@ -627,6 +628,26 @@ async def _open_metadata_version(conn: AsyncConnection, values: dict[str, Any]) 
                 "AND version < :v"
             ),
             values,
+        )
+
+
+#: graph tables whose rows name a chunk (graph mode; absent unless ``migrate --graph`` ran)
+_GRAPH_CHUNK_TABLES = ("ce_graph_mentions", "ce_graph_relationships", "ce_graph_community_chunks")
+
+
+async def _repoint_graph_facts(conn: AsyncConnection, values: dict[str, Any]) -> None:
+    """The graph keeps describing the document after a metadata version: its facts move from the
+    closing chunks to their copies (same position), so they stay visible under the new ACL."""
+    if not await conn.scalar(text("SELECT to_regclass('ce_graph_mentions') IS NOT NULL")):
+        return
+    pairs = (
+        "SELECT o.id AS old_id, n.id AS new_id FROM ce_chunks o JOIN ce_chunks n ON n.document_id = o.document_id "
+        "AND n.position = o.position AND n.version = :v WHERE o.document_id = CAST(:id AS uuid) "
+        "AND o.valid_to IS NULL AND o.version < :v"
+    )
+    for table in _GRAPH_CHUNK_TABLES:
+        await conn.execute(
+            text(f"UPDATE {table} t SET chunk_id = p.new_id FROM ({pairs}) p WHERE t.chunk_id = p.old_id"), values
         )
 
 
