@@ -592,7 +592,9 @@ async def test_definition_and_mcp_listing_agree(mcp_url: str) -> None:
     async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
         async with Client(streamable_http_client(mcp_url, http_client=http)) as client:
             listed = await client.list_tools()
-    (tool,) = listed.tools
+    by_name = {t.name: t for t in listed.tools}
+    assert set(by_name) == {definition["name"], "search_tools", "execute_tool"}  # the governed tools beside it
+    tool = by_name[definition["name"]]
     assert tool.name == definition["name"]
     assert tool.input_schema == definition["input_schema"]
     assert tool.description.startswith(definition["description"])
