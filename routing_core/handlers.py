@@ -41,6 +41,7 @@ async def ingest(call: Call) -> CoreResponse:
             acl=body.acl,
             attributes=body.attributes,
             principals=call.who.principals_arg(),
+            idempotency_key=call.request.header("idempotency-key"),
         )
         return _report(report, call)
     upload = call.request.files.get("file")
@@ -54,6 +55,7 @@ async def ingest(call: Call) -> CoreResponse:
         acl=fields.acl,
         attributes=fields.attributes,
         principals=call.who.principals_arg(),
+        idempotency_key=call.request.header("idempotency-key"),
     )
     return _report(report, call)
 
@@ -80,6 +82,7 @@ async def list_documents(call: Call) -> CoreResponse:
         source_ids=call.query.get("source_id"),
         limit=call.one("limit", LIST_LIMIT_DEFAULT),
         cursor=call.one("cursor"),
+        as_of=call.one("as_of"),
     )
     return CoreResponse(200, page.model_dump(mode="json"))
 
@@ -89,8 +92,15 @@ async def get_document(call: Call) -> CoreResponse:
         call.params["document_id"],
         principals=call.who.principals_arg(),
         include_text=call.one("include_text", True),
+        as_of=call.one("as_of"),
+        version=call.one("version"),
     )
     return CoreResponse(200, doc.model_dump(mode="json"))
+
+
+async def document_versions(call: Call) -> CoreResponse:
+    versions = await call.engine.document_versions(call.params["document_id"], principals=call.who.principals_arg())
+    return CoreResponse(200, {"versions": [v.model_dump(mode="json") for v in versions]})
 
 
 async def update_document(call: Call) -> CoreResponse:
@@ -107,7 +117,9 @@ async def update_document(call: Call) -> CoreResponse:
 
 async def delete_document(call: Call) -> CoreResponse:
     document_id = call.params["document_id"]
-    revision = await call.engine.delete_document(document_id, principals=call.who.principals_arg())
+    revision = await call.engine.delete_document(
+        document_id, principals=call.who.principals_arg(), idempotency_key=call.request.header("idempotency-key")
+    )
     return CoreResponse(200, DeletedBody(id=document_id, deleted=True, revision=revision).model_dump())
 
 
@@ -121,6 +133,7 @@ async def search(call: Call) -> CoreResponse:
         top_k=body.top_k,
         group_by=body.group_by,
         compress_to_tokens=body.compress_to_tokens,
+        as_of=body.as_of,
     )
     passages_only = {"documents"} if result.documents is None else None
     return CoreResponse(200, result.model_dump(mode="json", exclude=passages_only))
@@ -135,12 +148,15 @@ async def knowledge_query(call: Call) -> CoreResponse:
         expand=body.expand,
         rerank=body.rerank,
         principals=call.who.principals_arg(),
+        as_of=body.as_of,
     )
     return CoreResponse(200, result.model_dump(mode="json", by_alias=True))
 
 
 async def stats(call: Call) -> CoreResponse:
-    result = await call.engine.stats(principals=call.who.principals_arg(), source_ids=call.query.get("source_id"))
+    result = await call.engine.stats(
+        principals=call.who.principals_arg(), source_ids=call.query.get("source_id"), as_of=call.one("as_of")
+    )
     return CoreResponse(200, result.model_dump(mode="json"))
 
 

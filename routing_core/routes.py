@@ -33,6 +33,7 @@ from routing_core.schemas import (
     DeletedBody,
     Document,
     DocumentPage,
+    DocumentVersions,
     ErrorBody,
     Health,
     IngestFailed,
@@ -51,6 +52,7 @@ from routing_core.schemas import (
 )
 
 LIMIT_SCHEMA = {"type": "integer", "minimum": LIST_LIMIT_MIN, "maximum": LIST_LIMIT_MAX}
+REVISION_SCHEMA = {"type": "integer", "minimum": 0}
 SOURCE_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS, "pattern": NOT_BLANK}
 
 Handler = Callable[[Call], Awaitable[CoreResponse]]
@@ -146,6 +148,7 @@ ROUTES: tuple[Route, ...] = (
             ("limit", LIMIT_SCHEMA, f"page size (default {LIST_LIMIT_DEFAULT})"),
             ("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "next_cursor of the previous page"),
             ("source_id", SOURCE_ID_SCHEMA, "restrict to a source; repeatable"),
+            ("as_of", REVISION_SCHEMA, "list as of this revision (default: the current one)"),
         ),
     ),
     Route(
@@ -155,7 +158,19 @@ ROUTES: tuple[Route, ...] = (
         "Read one document",
         None,
         Document,
-        query_params=(("include_text", {"type": "boolean"}, "include the extracted text (default true)"),),
+        query_params=(
+            ("include_text", {"type": "boolean"}, "include the extracted text (default true)"),
+            ("as_of", REVISION_SCHEMA, "the document as it was at this revision"),
+            ("version", {"type": "integer", "minimum": 1}, "this version of the document (not with as_of)"),
+        ),
+    ),
+    Route(
+        "GET",
+        "/documents/{document_id}/versions",
+        handlers.document_versions,
+        "Every version of a document the caller may see, with the revisions each was current in",
+        None,
+        DocumentVersions,
     ),
     Route(
         "PATCH",
@@ -183,7 +198,10 @@ ROUTES: tuple[Route, ...] = (
         "Counts over what the caller may see",
         None,
         Stats,
-        query_params=(("source_id", SOURCE_ID_SCHEMA, "restrict to a source; repeatable"),),
+        query_params=(
+            ("source_id", SOURCE_ID_SCHEMA, "restrict to a source; repeatable"),
+            ("as_of", REVISION_SCHEMA, "counts as of this revision"),
+        ),
     ),
     Route(
         "POST",

@@ -26,6 +26,7 @@ from context_engine.limits import (
     SEARCH_TOP_K_MAX,
 )
 from context_engine.models import Document, DocumentPage, IngestReport, SearchResult, Stats
+from context_engine.revisions.models import DocumentVersion
 from context_engine.validation import check_json_object
 
 _STRICT = ConfigDict(extra="forbid")
@@ -127,6 +128,7 @@ class SearchBody(BaseModel):
         ge=1,
         description="fit the hits to this many tokens (the embedder's count): weakest hits first, then long tails",
     )
+    as_of: JsonInt | None = Field(default=None, ge=0, description="search the corpus as it was at this revision")
 
 
 class KnowledgeQueryBody(BaseModel):
@@ -148,6 +150,7 @@ class KnowledgeQueryBody(BaseModel):
     )
     expand: StrictBool = Field(default=True, description="let the model split a compound question into sub-queries")
     rerank: StrictBool = Field(default=True, description="let the model re-score the fused candidates (guarded)")
+    as_of: JsonInt | None = Field(default=None, ge=0, description="answer from the corpus as it was at this revision")
 
 
 class UpdateDocumentBody(BaseModel):
@@ -157,6 +160,12 @@ class UpdateDocumentBody(BaseModel):
     acl: Acl | None = None
     attributes: Attributes | None = None
     name: Name | None = None
+
+
+class DocumentVersions(BaseModel):
+    """``GET /documents/{document_id}/versions``: every version the caller may see, oldest first."""
+
+    versions: list[DocumentVersion]
 
 
 class ToolExecuteBody(BaseModel):

@@ -430,6 +430,12 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
         "PATCH", f"/documents/{hr_id}", who="!trusted", json_body={"name": "holidays.html"}
     )
 
+    # history: the versions a caller may see, and a read as of an earlier revision
+    r["versions"] = call("GET", f"/documents/{hr_id}/versions")
+    r["versions_hidden"] = call("GET", f"/documents/{hr_id}/versions", who=ENG)
+    r["get_as_of_first"] = call("GET", f"/documents/{hr_id}", query={"as_of": 1})
+    r["get_as_of_bad"] = call("GET", f"/documents/{hr_id}", query={"as_of": "later"})
+
     # governed tools: listed and run for the caller's principals only
     r["tools_list"] = call("GET", "/tools")
     r["tools_list_other"] = call("GET", "/tools", who="group:other")
@@ -922,6 +928,7 @@ def test_the_scenario_covers_every_route(t: Transcript) -> None:
         ("GET", "/ready"),
         ("POST", "/tools/execute"),
         ("GET", "/tools"),
+        ("GET", "/documents/{document_id}/versions"),
     }, "a route was added: add it to run_scenario"
 
 
@@ -1013,3 +1020,12 @@ def test_tools_are_listed_and_run_for_the_callers_principals(t: Transcript) -> N
     assert t["tool_run"].status == 200 and t["tool_run"].body["result"] == 3
     assert err(t["tool_hidden"])[:2] == (404, "tool_not_found")
     assert t["tool_bad_arguments"].status == 400
+
+
+def test_history_is_readable_through_every_mount(t: Transcript) -> None:
+    versions = t["versions"].body["versions"]
+    assert t["versions"].status == 200 and [v["version"] for v in versions] == sorted(v["version"] for v in versions)
+    assert versions[-1]["valid_to"] is None and all(v["valid_from"] >= 1 for v in versions)
+    assert t["versions_hidden"].status == 404
+    assert t["get_as_of_first"].status == 200 and t["get_as_of_first"].body["name"] == "hr-policy.md"
+    assert t["get_as_of_bad"].status == 400
