@@ -72,3 +72,28 @@ async def test_without_graph_tables_graph_mode_is_refused_and_the_actions_are_of
             engine, action="find_related", principals=TRUSTED, scope=UNSCOPED
         )
     assert answer["success"] is False and answer["error"].startswith("find_related is off")
+
+
+async def test_the_four_graph_actions_over_mcp(database_url: str, server: FakeHTTPServer) -> None:
+    from context_engine.mcp import create_mcp_app
+    from tests.test_knowledge_tool_doors import ServerThread
+    from tests.test_mcp_app import call
+
+    async with ContextEngine(make_config(database_url, **graph_config(server))) as engine:
+        await engine.migrate_graph()
+        text = "Acme Corp supplies Widget Pro. Team Atlas manages Widget Pro."
+        await engine.ingest(text=text, name="s.md", mode="graph")
+        app = create_mcp_app(engine, principals=TRUSTED, scope=UNSCOPED)
+        with ServerThread(app) as base:
+            url = base + "/mcp"
+            answers = {
+                "get_neighbors": await call(url, {"action": "get_neighbors", "entity": "Widget Pro"}),
+                "traverse": await call(url, {"action": "traverse", "entity": "Acme Corp", "depth": 2}),
+                "find_related": await call(url, {"action": "find_related"}),
+                "community_summary": await call(url, {"action": "community_summary"}),
+            }
+        await app.aclose()
+    for action, answer in answers.items():
+        assert answer["success"] is True, (action, answer)
+    assert "team atlas" in str(answers["get_neighbors"]).lower()
+    assert "widget pro" in str(answers["traverse"]).lower()
