@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import cast
+from typing import Any, cast
 
 from context_engine.limits import LIST_LIMIT_DEFAULT
 from context_engine.models import FAILURE_MESSAGES, IngestReport
@@ -32,25 +32,19 @@ READY_TIMEOUT_SECONDS = 5.0
 
 
 async def ingest(call: Call) -> CoreResponse:
+    """A JSON text or a multipart upload: the same engine call either way."""
     if isinstance(call.body, IngestTextBody):
         body = call.body
-        report = await call.engine.ingest(
-            text=body.text,
-            name=body.name,
-            source_id=body.source_id,
-            acl=body.acl,
-            attributes=body.attributes,
-            principals=call.who.principals_arg(),
-            idempotency_key=call.request.header("idempotency-key"),
-        )
-        return _report(report, call)
-    upload = call.request.files.get("file")
-    if upload is None:
-        raise HttpError(400, "invalid_request", "multipart body needs a 'file' part")
-    fields = cast(IngestFields, call.body)
+        content: dict[str, Any] = {"text": body.text, "name": body.name}
+        fields: IngestTextBody | IngestFields = body
+    else:
+        upload = call.request.files.get("file")
+        if upload is None:
+            raise HttpError(400, "invalid_request", "multipart body needs a 'file' part")
+        fields = cast(IngestFields, call.body)
+        content = {"file": upload.file, "name": fields.name or upload.filename or "upload"}
     report = await call.engine.ingest(
-        file=upload.file,
-        name=fields.name or upload.filename or "upload",
+        **content,
         source_id=fields.source_id,
         acl=fields.acl,
         attributes=fields.attributes,
