@@ -65,6 +65,8 @@ class ToolCall:
     secret_key: str | bytes | None
     compute: ComputeRunner | None
     map_reduce: MapReduceRunner | None
+    #: whether this database has the graph tables (looked up for ``discover`` and the graph actions)
+    graph_enabled: bool = False
 
     @property
     def caller(self) -> Any:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from context_engine.errors import ContextEngineError, InvalidRequest, StorageUnavailable
 from context_engine.knowledge.tool import arguments, discover, documents, runners, search
 from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner, Refusal, ToolCall
-from context_engine.knowledge.tool.off import off_reason
+from context_engine.knowledge.tool.off import GRAPH_ACTIONS, off_reason
 from context_engine.principals import resolve
 from context_engine.redaction import RedactionPolicy
 from context_engine.storage.scope import Scope, resolve_scope
@@ -75,6 +75,8 @@ async def run_knowledge_tool(
             compute=compute,
             map_reduce=map_reduce,
         )
+        if name == "discover" or name in GRAPH_ACTIONS:
+            call.graph_enabled = await _graph_enabled(engine)
         off = off_reason(name, call)
         handler = HANDLERS.get(name)
         if off is not None or handler is None:
@@ -90,3 +92,11 @@ async def run_knowledge_tool(
     except ContextEngineError as exc:
         log.warning("knowledge tool: %s failed with %s", action, exc.code)
         return {"success": False, "error": f"{action} could not be answered ({exc.code}); try another action."}
+
+
+async def _graph_enabled(engine: ContextEngine) -> bool:
+    from context_engine.graph.schema import graph_enabled
+
+    async with (await engine.database()).connect() as conn:
+        return await graph_enabled(conn)
+

@@ -2,8 +2,8 @@
 
 An action is on when its check in :data:`AVAILABLE` says so. ``query_meta`` and ``map_reduce`` need a
 configured ``llm``; ``compute`` also needs ``compute.enable_code_execution``, since it runs generated code.
-A host runner turns ``compute`` or ``map_reduce`` on whatever the settings. The graph actions run
-whenever they are asked; on a database without graph tables they answer their OFF sentence.
+A host runner turns ``compute`` or ``map_reduce`` on whatever the settings. The graph actions are on
+where ``migrate --graph`` created the graph tables.
 """
 
 from __future__ import annotations
@@ -47,7 +47,14 @@ AVAILABLE: dict[str, Callable[[ToolCall], bool]] = {
     "query_meta": _has_llm,
     "compute": _compute_on,
     "map_reduce": lambda call: call.map_reduce is not None or _has_llm(call),
+    "get_neighbors": lambda call: call.graph_enabled,
+    "traverse": lambda call: call.graph_enabled,
+    "find_related": lambda call: call.graph_enabled,
+    "community_summary": lambda call: call.graph_enabled,
 }
+
+#: the actions that read the knowledge graph (graph mode)
+GRAPH_ACTIONS = frozenset({"get_neighbors", "traverse", "find_related", "community_summary"})
 
 
 def off_reason(action: str, call: ToolCall) -> str | None:
