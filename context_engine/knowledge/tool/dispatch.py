@@ -74,9 +74,8 @@ async def run_knowledge_tool(
             secret_key=secret_key,
             compute=compute,
             map_reduce=map_reduce,
+            graph_enabled=(name == "discover" or name in GRAPH_ACTIONS) and await _graph_enabled(engine),
         )
-        if name == "discover" or name in GRAPH_ACTIONS:
-            call.graph_enabled = await _graph_enabled(engine)
         off = off_reason(name, call)
         handler = HANDLERS.get(name)
         if off is not None or handler is None:
