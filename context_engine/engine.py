@@ -28,7 +28,7 @@ from context_engine.errors import (
 from context_engine.hooks import Hooks
 from context_engine.ingest.pipeline import Ingestor, open_source
 from context_engine.knowledge.models import AgentLinks, KnowledgeResult
-from context_engine.limits import KNOWLEDGE_TOP_K_MAX, MAX_QUERY_CHARS
+from context_engine.limits import KNOWLEDGE_TOP_K_MAX, MAX_COMPRESS_TOKENS, MAX_QUERY_CHARS
 from context_engine.models import (
     FAILURE_MESSAGES,
     Document,
@@ -301,9 +301,11 @@ class ContextEngine:
         revision = await revisions_as_of.resolve(await self._ready(), as_of)
         scope = ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids), as_of=revision)
         if compress_to_tokens is not None and (
-            not isinstance(compress_to_tokens, int) or isinstance(compress_to_tokens, bool) or compress_to_tokens < 1
+            not isinstance(compress_to_tokens, int)
+            or isinstance(compress_to_tokens, bool)
+            or not 1 <= compress_to_tokens <= MAX_COMPRESS_TOKENS
         ):
-            raise InvalidRequest("compress_to_tokens must be an integer of at least 1")
+            raise InvalidRequest(f"compress_to_tokens must be an integer between 1 and {MAX_COMPRESS_TOKENS}")
         return await run_search(
             self._retriever, red, query, scope, top_k=top_k, group_by=group_by, compress_to_tokens=compress_to_tokens
         )

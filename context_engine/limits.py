@@ -16,6 +16,8 @@ SEARCH_TOP_K_DEFAULT = 10
 SEARCH_TOP_K_MAX = 100
 #: ``top_k`` of a search grouped by document, unless ``search.max_top_documents`` changes it
 SEARCH_TOP_DOCUMENTS_MAX = 1000
+#: ``compress_to_tokens`` of a search: a prompt budget, in the embedder's tokens
+MAX_COMPRESS_TOKENS = 1_000_000
 
 #: page size of ``GET /documents``
 LIST_LIMIT_MIN = 1

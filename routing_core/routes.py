@@ -253,7 +253,8 @@ ROUTES: tuple[Route, ...] = (
         query_params=(
             ("q", {"type": "string", "maxLength": 500}, "ranks by and keeps tools matching these words"),
             ("kind", {"type": "string", "enum": ["http", "db", "mcp", "function"]}, "only tools of this kind"),
-            ("name_contains", {"type": "string", "minLength": 1, "maxLength": 200}, "only names containing this"),
+            ("name_contains", {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NOT_BLANK},
+             "only names containing this"),
             ("requires_approval", {"type": "boolean"}, "only gated (true) or ungated (false) tools"),
             ("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "page size (default 20)"),
             ("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "next_cursor of the previous page"),

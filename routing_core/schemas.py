@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from annotated_types import Ge, Le
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StringConstraints
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
@@ -17,6 +18,7 @@ from context_engine.limits import (
     MAX_ACL_ENTRY_CHARS,
     MAX_AGENT_ID_CHARS,
     MAX_ATTRIBUTES_DEPTH,
+    MAX_COMPRESS_TOKENS,
     MAX_FILTER_IDS,
     MAX_NAME_CHARS,
     MAX_QUERY_CHARS,
@@ -49,6 +51,14 @@ def _json_integer(value: Any) -> Any:
 
 
 JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+
+def _optional_int_schema(minimum: int, maximum: int | None = None) -> dict[str, Any]:
+    """An optional integer's bounds as JSON Schema words (pydantic leaves ``ge``/``le`` there otherwise)."""
+    bounds: dict[str, Any] = {"type": "integer", "minimum": minimum}
+    if maximum is not None:
+        bounds["maximum"] = maximum
+    return {"anyOf": [bounds, {"type": "null"}]}
 
 
 def _check_attributes(value: dict[str, Any]) -> dict[str, Any]:
@@ -123,12 +133,16 @@ class SearchBody(BaseModel):
         default="chunk",
         description="chunk: the best passages; document: top_k counts distinct documents, each with its best passages",
     )
-    compress_to_tokens: JsonInt | None = Field(
+    compress_to_tokens: Annotated[int, BeforeValidator(_json_integer), Ge(1), Le(MAX_COMPRESS_TOKENS)] | None = Field(
         default=None,
-        ge=1,
+        json_schema_extra=_optional_int_schema(1, MAX_COMPRESS_TOKENS),
         description="fit the hits to this many tokens (the embedder's count): weakest hits first, then long tails",
     )
-    as_of: JsonInt | None = Field(default=None, ge=0, description="search the corpus as it was at this revision")
+    as_of: Annotated[int, BeforeValidator(_json_integer), Ge(0)] | None = Field(
+        default=None,
+        json_schema_extra=_optional_int_schema(0),
+        description="search the corpus as it was at this revision",
+    )
 
 
 class KnowledgeQueryBody(BaseModel):
@@ -150,7 +164,11 @@ class KnowledgeQueryBody(BaseModel):
     )
     expand: StrictBool = Field(default=True, description="let the model split a compound question into sub-queries")
     rerank: StrictBool = Field(default=True, description="let the model re-score the fused candidates (guarded)")
-    as_of: JsonInt | None = Field(default=None, ge=0, description="answer from the corpus as it was at this revision")
+    as_of: Annotated[int, BeforeValidator(_json_integer), Ge(0)] | None = Field(
+        default=None,
+        json_schema_extra=_optional_int_schema(0),
+        description="answer from the corpus as it was at this revision",
+    )
 
 
 class UpdateDocumentBody(BaseModel):
