@@ -59,6 +59,7 @@ from context_engine.evaluation import (  # noqa: E402
     rrf_documents,
 )
 from context_engine.ingest.pipeline import chunk_stream, prepare  # noqa: E402
+from context_engine.storage import embedded  # noqa: E402
 
 DEPTH = 100
 RRF_K = 60
@@ -348,6 +349,7 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         if engine is not None:
             await engine.aclose()
+        embedded.remove(workdir / "pg")  # stops the embedded server before its files go
         shutil.rmtree(workdir, ignore_errors=True)
 
     bm25_run = next(s for s in systems if s.name.startswith("bm25s"))
