@@ -269,8 +269,7 @@ def lifecycle(router: Router, adapter: SyncRequest | AsyncRequest) -> Steps:
     except HttpError as exc:
         return exc.response()
     except ContextEngineError as exc:
-        # the engine reports a name clash as an invalid request; over HTTP it is a conflict
-        return error(409 if exc.code == "conflict" else exc.status, exc.code, exc.message)
+        return error(exc.status, exc.code, exc.message)
     except Exception:
         log.exception("unhandled error in %s %s", adapter.method, route.path if route else adapter.path)
         return error(500, "internal_error", "the server failed to handle this request")

@@ -10,7 +10,7 @@ from context_engine.compute.action import CodeRunner, ComputeRunner, compute, co
 from context_engine.compute.checker import check_code
 from context_engine.compute.errors import ComputeDisabled, NoFrames, UnsafeCode
 from context_engine.compute.frames import SPREADSHEET_MIMES, assign_keys, compute_suggestion, load_stored_frames
-from context_engine.compute.settings import ComputeConfig
+from context_engine.config import ComputeConfig
 
 __all__ = [
     "SPREADSHEET_MIMES",

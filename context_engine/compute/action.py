@@ -23,9 +23,8 @@ from context_engine.compute import codegen
 from context_engine.compute.checker import check_code
 from context_engine.compute.errors import ComputeDisabled, NoFrames, UnsafeCode
 from context_engine.compute.frames import CallerScope, load_stored_frames, mask_frames, require_pandas
-from context_engine.compute.settings import ComputeConfig
 from context_engine.compute.worker import WorkerOutcome, run_in_worker
-from context_engine.config import ContextEngineConfig
+from context_engine.config import ComputeConfig, ContextEngineConfig
 from context_engine.errors import ContextEngineError, InvalidRequest
 from context_engine.hooks import ErrorEvent, Hooks, UsageEvent
 from context_engine.llm.base import HttpClientFactory

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from context_engine.compute.settings import ComputeConfig
+from context_engine.config import ComputeConfig
 
 WORKER = Path(__file__).with_name("worker_main.py")
 #: the whole environment the worker gets: one thread per numeric library, UTF-8 text

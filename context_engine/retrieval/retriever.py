@@ -79,7 +79,6 @@ class Retrieval:
     """Each leg's candidates per query, in registry order, and what the legs reported."""
 
     legs: list[str]
-    queries: list[str]
     results: dict[str, list[list[tuple[int, float]]]]
     usage: dict[str, Any]
     timings: dict[str, float]
@@ -142,7 +141,7 @@ class Retriever:
         results: dict[str, list[list[tuple[int, float]]]] = {name: [[] for _ in queries] for name in names}
         for (name, i, _), pairs in zip(runs, found, strict=True):
             results[name][i] = pairs
-        return Retrieval(names, list(queries), results, search.usage, search.timings, vectors)
+        return Retrieval(names, results, search.usage, search.timings, vectors)
 
     @staticmethod
     async def _timed(search: Search, leg: Leg, index: int) -> list[tuple[int, float]]:
