@@ -100,3 +100,23 @@ class DimensionMismatch(ContextEngineError):
 class StorageUnavailable(ContextEngineError):
     code = "storage_unavailable"
     status = 503
+
+
+class StorageBusy(ContextEngineError):
+    """Every pooled connection stayed in use for ``storage.pool_timeout``: the request was not run."""
+
+    code = "storage_busy"
+    status = 503
+
+
+def known_failure(exc: BaseException) -> ContextEngineError | None:
+    """The stable error a door answers for a third-party failure we can name, else ``None``.
+
+    A pool checkout that timed out is load, not a bug: the caller is told to retry (503), and
+    nothing was run, so nothing was half-written.
+    """
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if isinstance(exc, PoolTimeout):
+        return StorageBusy("every database connection is in use; retry shortly")
+    return None

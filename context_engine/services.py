@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.config import ContextEngineConfig
 from context_engine.embeddings.base import Embedder
-from context_engine.errors import DimensionMismatch, StorageUnavailable
+from context_engine.errors import ContextEngineError, DimensionMismatch, StorageUnavailable, known_failure
 from context_engine.hooks import Hooks
 from context_engine.storage.database import Database
 from context_engine.storage.migrate import migrate
@@ -79,7 +79,12 @@ class Services:
         try:
             async with db.connect() as conn:
                 rows = dict((await conn.execute(text("SELECT key, value FROM ce_meta"))).all())
+        except ContextEngineError:
+            raise  # unreachable (StorageUnavailable) says so itself
         except Exception as exc:
+            busy = known_failure(exc)
+            if busy is not None:
+                raise busy from exc
             raise StorageUnavailable(
                 "the database has no context-engine schema; run "
                 f"`context-engine migrate --database-url URL --dim {self.embedder.dim}` first"

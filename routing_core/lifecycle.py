@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine import ContextEngine
-from context_engine.errors import ContextEngineError, IngestTooLarge
+from context_engine.errors import ContextEngineError, IngestTooLarge, known_failure
 from context_engine.principals import TRUSTED
 from routing_core import sync_bridge
 from routing_core.access import caller_identity, granted_scopes
@@ -270,7 +270,11 @@ def lifecycle(router: Router, adapter: SyncRequest | AsyncRequest) -> Steps:
         return exc.response()
     except ContextEngineError as exc:
         return error(exc.status, exc.code, exc.message)
-    except Exception:
+    except Exception as exc:
+        known = known_failure(exc)
+        if known is not None:
+            log.warning("%s %s: %s", adapter.method, route.path if route else adapter.path, known.code)
+            return error(known.status, known.code, known.message)
         log.exception("unhandled error in %s %s", adapter.method, route.path if route else adapter.path)
         return error(500, "internal_error", "the server failed to handle this request")
 

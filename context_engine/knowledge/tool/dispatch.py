@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from context_engine.errors import ContextEngineError, InvalidRequest, StorageUnavailable
+from context_engine.errors import ContextEngineError, InvalidRequest, StorageUnavailable, known_failure
 from context_engine.knowledge.tool import arguments, discover, documents, runners, search
 from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner, Refusal, ToolCall
 from context_engine.knowledge.tool.off import GRAPH_ACTIONS, off_reason
@@ -91,6 +91,12 @@ async def run_knowledge_tool(
     except ContextEngineError as exc:
         log.warning("knowledge tool: %s failed with %s", action, exc.code)
         return {"success": False, "error": f"{action} could not be answered ({exc.code}); try another action."}
+    except Exception as exc:
+        known = known_failure(exc)
+        if known is None:
+            raise
+        log.warning("knowledge tool: %s failed with %s", action, known.code)
+        return {"success": False, "error": "the knowledge base is busy right now; try again shortly."}
 
 
 async def _graph_enabled(engine: ContextEngine) -> bool:
