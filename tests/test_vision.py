@@ -26,6 +26,7 @@ from PIL import Image
 from context_engine import TRUSTED, ContextEngine
 from context_engine.config import ContextEngineConfig, LLMConfig, VisionLLMConfig
 from context_engine.errors import ConfigError
+from context_engine.hooks import ErrorEvent, Hooks
 from context_engine.ingest.extractors import ExtractionFailed, extract
 from context_engine.ingest.extractors.vision import PageTranscriber, clean_reply
 from context_engine.llm import build_llm
@@ -422,7 +423,10 @@ async def test_a_provider_failure_fails_the_document_naming_the_page(
 
     server.route("POST", "/v1/chat/completions", page_three_fails)
     settings = vision_config(server, concurrency=1)
-    async with ContextEngine(make_config(database_url, vision_llm=settings), embedder=WordEmbedder()) as engine:
+    errors: list[ErrorEvent] = []
+    hooks = Hooks(on_error=errors.append)
+    config = make_config(database_url, vision_llm=settings)
+    async with ContextEngine(config, embedder=WordEmbedder(), hooks=hooks) as engine:
         doc = await ingest(engine, scan_pdf(40, 120, 200), "flaky.pdf")
     assert doc.status == "failed" and doc.failure_reason == "vision_failed"
     assert doc.failure_message and "scanned pages" in doc.failure_message
@@ -433,6 +437,8 @@ async def test_a_provider_failure_fails_the_document_naming_the_page(
     status, reason, _, _, chunk_count = document_row(database_url, doc.document_id)
     assert (status, reason, chunk_count) == ("failed", "vision_failed", 0)
     assert chunks_of(database_url, doc.document_id) == []  # pages 1 and 2 were not half-written
+    ((stage, reason, hooked),) = [(e.stage, e.failure_reason, e.error) for e in errors]
+    assert (stage, reason, hooked) == ("extract", "vision_failed", error)
 
 
 async def test_a_model_that_refuses_images_is_a_precise_failure(database_url: str, server: FakeHTTPServer) -> None:
