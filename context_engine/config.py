@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -331,7 +331,7 @@ class VisionLLMConfig(LLMConfig):
     @field_validator("provider", mode="before")
     @classmethod
     def _llm_capable(cls, value: object) -> object:
-        if isinstance(value, str) and value in ("local", "cohere", "voyage"):
+        if isinstance(value, str) and value in set(get_args(EmbeddingProvider)) - set(get_args(LLMProvider)):
             raise ValueError(
                 f"{value} serves embeddings only; set vision_llm.provider to one of "
                 "openai, azure_openai, custom, anthropic, gemini, vertex_ai, bedrock"

@@ -75,7 +75,6 @@ class AnthropicLLM(LLMClient):
     """Claude through ``AsyncAnthropic``, on the host's httpx client when one is supplied."""
 
     provider = "anthropic"
-    accepts_images = True
 
     def __init__(self, config: LLMConfig, http_client_factory: HttpClientFactory | None = None):
         self._sdk_module = _import_anthropic()

@@ -77,9 +77,6 @@ class LLMClient(abc.ABC):
     ) -> LLMReply:
         """One reply. With ``schema``, JSON is requested the strongest way the endpoint supports."""
 
-    #: whether :meth:`complete_with_images` is served (the model behind it may still refuse images)
-    accepts_images: bool = False
-
     async def complete_with_images(self, *, system: str, prompt: str, images: Sequence[ImageInput]) -> LLMReply:
         """A text reply to ``prompt`` about ``images`` (one user turn). Providers that can send images
         override this in their own wire format; any other refuses, naming itself."""

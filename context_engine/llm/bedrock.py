@@ -76,7 +76,6 @@ class BedrockLLM(LLMClient):
     """A Bedrock model (``llm.model``: a model or inference-profile id) in ``llm.region``."""
 
     provider = "bedrock"
-    accepts_images = True
     #: first retry waits about this long, doubling (a Retry-After header takes precedence)
     backoff_base: float = 0.5
 

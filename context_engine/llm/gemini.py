@@ -71,7 +71,6 @@ class GeminiLLM(LLMClient):
 
     #: first retry waits about this long, doubling (a 429's Retry-After takes precedence)
     backoff_base: float = 0.5
-    accepts_images = True
 
     def __init__(self, config: LLMConfig, http_client_factory: HttpClientFactory | None = None):
         if config.provider not in ("gemini", "vertex_ai"):

@@ -70,15 +70,9 @@ def build_vision_llm(config: VisionLLMConfig, http_client_factory: HttpClientFac
     from context_engine.llm.factory import build_llm
 
     try:
-        llm = build_llm(config, http_client_factory)
+        return build_llm(config, http_client_factory)
     except ConfigError as exc:
         raise ConfigError(vision_section(exc.message), code=exc.code, details=exc.details) from None
-    if not llm.accepts_images:
-        raise ConfigError(
-            f"vision_llm.provider {config.provider!r} cannot send images to its model; name a provider that can",
-            code="images_unsupported",
-        )
-    return llm
 
 
 def clean_reply(text: str) -> str:
