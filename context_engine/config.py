@@ -7,9 +7,10 @@ assignment, so a misspelt setting raises and names itself instead of being silen
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -314,6 +315,43 @@ class LLMConfig(BaseModel):
         return self
 
 
+class VisionLLMConfig(LLMConfig):
+    """``vision_llm``: the model that transcribes scanned pages and images to Markdown at ingest.
+
+    Any LLM provider, configured like ``llm``; the defaults are sized for a page of output.
+    """
+
+    #: a page dense with tables runs to a few thousand tokens; a reply cut off here fails the document
+    max_tokens: int = Field(default=4096, ge=16, le=65536)
+    #: per-attempt timeout in seconds (writing out a whole page takes a model far longer than a short answer)
+    timeout: float = Field(default=180.0, gt=0)
+    #: pages of one document sent to the model at once
+    concurrency: int = Field(default=4, ge=1, le=32)
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _llm_capable(cls, value: object) -> object:
+        if isinstance(value, str) and value in set(get_args(EmbeddingProvider)) - set(get_args(LLMProvider)):
+            raise ValueError(
+                f"{value} serves embeddings only; set vision_llm.provider to one of "
+                "openai, azure_openai, custom, anthropic, gemini, vertex_ai, bedrock"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _provider_settings(self) -> VisionLLMConfig:
+        try:
+            LLMConfig._provider_settings(self)
+        except ValueError as exc:  # the shared checks name the ``llm`` section; this one is ``vision_llm``
+            raise ValueError(vision_section(str(exc))) from None
+        return self
+
+
+def vision_section(message: str) -> str:
+    """A message about the ``llm`` settings, re-addressed to the ``vision_llm`` section."""
+    return re.sub(r"(?<![\w.])llm\.", "vision_llm.", message).replace("CE_LLM__", "CE_VISION_LLM__")
+
+
 RerankProvider = Literal["cohere", "voyage", "jina", "llm"]
 
 
@@ -377,6 +415,8 @@ class ContextEngineConfig(BaseSettings):
     llm: LLMConfig | None = None
     #: the rerank judge; ``None`` = the LLM judge when ``llm`` is set, else no rerank
     rerank: RerankConfig | None = None
+    #: transcribes scanned PDF pages and images to Markdown at ingest; ``None`` = the text layer, then Tesseract
+    vision_llm: VisionLLMConfig | None = None
     knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
     #: ``compute``: generated code over stored spreadsheets, off unless ``enable_code_execution``
     compute: ComputeConfig = Field(default_factory=ComputeConfig)

@@ -14,6 +14,7 @@ FailureReason = Literal[
     "provider_unavailable",
     "extraction_failed",
     "chunk_set_changed",
+    "vision_failed",
     "unknown",
 ]
 
@@ -24,6 +25,7 @@ FAILURE_MESSAGES: dict[str, str] = {
     "provider_unavailable": "The embedding provider could not be reached or kept failing.",
     "extraction_failed": "The file could not be read as a supported document format.",
     "chunk_set_changed": "The document changed while it was being embedded.",
+    "vision_failed": "The model that transcribes scanned pages and images failed on a page of this document.",
     "unknown": "The document could not be processed.",
 }
 

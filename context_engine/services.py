@@ -8,8 +8,10 @@ travels with each call as a ``Redactor`` or an ``IngestScrubber``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import httpx
 from sqlalchemy import text
@@ -21,6 +23,10 @@ from context_engine.errors import ContextEngineError, DimensionMismatch, Storage
 from context_engine.hooks import Hooks
 from context_engine.storage.database import Database
 from context_engine.storage.migrate import migrate
+
+if TYPE_CHECKING:
+    from context_engine.ingest.extractors.vision import PageTranscriber
+    from context_engine.llm.base import LLMClient
 
 log = logging.getLogger("context_engine.migrate")
 
@@ -45,6 +51,7 @@ class Services:
         self._embedder = embedder
         self._owns_embedder = embedder is None
         self._schema_checked = False
+        self._vision_llm: LLMClient | None = None
         #: the text-search configuration the schema was migrated with (read from it on first use)
         self.text_search_config: str = config.search.text_search_config
 
@@ -56,6 +63,21 @@ class Services:
 
             self._embedder = build_embedder(self.config.embedding, self.http_client_factory)
         return self._embedder
+
+    def page_transcriber(self) -> PageTranscriber | None:
+        """``vision_llm``'s transcriber for one ingest on the running loop; None when it is not configured.
+
+        The model client is built on first use (a missing setting raises ``ConfigError`` naming it)
+        and shared by every ingest after that.
+        """
+        config = self.config.vision_llm
+        if config is None:
+            return None
+        from context_engine.ingest.extractors.vision import PageTranscriber, build_vision_llm
+
+        if self._vision_llm is None:
+            self._vision_llm = build_vision_llm(config, self.http_client_factory)
+        return PageTranscriber(self._vision_llm, config, asyncio.get_running_loop())
 
     async def db(self) -> AsyncEngine:
         """The pool for the running loop; the schema is migrated (or checked) once per process."""
@@ -101,4 +123,7 @@ class Services:
         if self._embedder is not None and self._owns_embedder:
             await self._embedder.aclose()
             self._embedder = None
+        if self._vision_llm is not None:
+            client, self._vision_llm = self._vision_llm, None
+            await client.aclose()
         await self.database.aclose()

@@ -39,6 +39,7 @@ from context_engine.storage import repository as repo
 from context_engine.storage.predicates import ReadScope
 
 if TYPE_CHECKING:
+    from context_engine.ingest.extractors.vision import PageTranscriber
     from context_engine.services import Services
 
 log = logging.getLogger("context_engine.ingest")
@@ -121,6 +122,7 @@ def chunk_stream(
     count_tokens: Callable[[str], int],
     max_rows: int | None,
     scrub: IngestScrubber | None = None,
+    vision: PageTranscriber | None = None,
 ) -> tuple[str, dict[str, Any], Iterator[Chunk]]:
     """Extract, scrub and chunk lazily: ``(mime, meta, chunks)``. Raises ExtractionFailed /
     IngestTooLarge, at once or while the chunks are consumed (spreadsheets stream).
@@ -130,7 +132,7 @@ def chunk_stream(
     """
     from context_engine.ingest.extractors import extract
 
-    extracted = extract(source, name=name, mime=mime, max_rows=max_rows)
+    extracted = extract(source, name=name, mime=mime, max_rows=max_rows, vision=vision)
     units = extracted.units
     if scrub is not None and not scrub.noop:
         units = (
@@ -311,12 +313,15 @@ class Ingestor:
         await hooks.emit("on_progress", ProgressEvent("extract", "started", label))
         start = start_of(source)
         scrubber = self.scrubber
+        vision = services.page_transcriber()  # None without vision_llm
 
         def stream() -> tuple[str, dict[str, Any], Iterator[Chunk]]:
             """Extract and chunk from the start of the input: the first pass, and for a large
             document the second one that writes it, read it with the same settings."""
             max_rows = services.config.ingest.max_rows
-            return chunk_stream(reopen(source, start), label, mime, budget, embedder.count_tokens, max_rows, scrubber)
+            return chunk_stream(
+                reopen(source, start), label, mime, budget, embedder.count_tokens, max_rows, scrubber, vision
+            )
 
         try:
             prepared = await asyncio.to_thread(

@@ -18,12 +18,21 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from context_engine.config import LLMConfig
 from context_engine.embeddings.openai_compat import redact
 from context_engine.errors import ConfigError, ProviderError
-from context_engine.llm.base import ClientHolder, HttpClientFactory, LLMClient, LLMReply, Mode, secret_of
+from context_engine.llm.base import (
+    ClientHolder,
+    HttpClientFactory,
+    ImageInput,
+    LLMClient,
+    LLMReply,
+    Mode,
+    secret_of,
+)
 
 log = logging.getLogger("context_engine.llm")
 
@@ -111,8 +120,17 @@ class AnthropicLLM(LLMClient):
             _tool_only.add(memo)
         return await self._send(system, messages, schema, schema_name, "tool")
 
+    async def complete_with_images(self, *, system: str, prompt: str, images: Sequence[ImageInput]) -> LLMReply:
+        """Images as base64 ``image`` blocks, then the prompt, in one user turn."""
+        blocks: list[dict[str, Any]] = [
+            {"type": "image", "source": {"type": "base64", "media_type": image.mime, "data": image.base64}}
+            for image in images
+        ]
+        blocks.append({"type": "text", "text": prompt})
+        return await self._send(system, [{"role": "user", "content": blocks}], None, "reply", "text")
+
     async def _send(
-        self, system: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, name: str, mode: Mode
+        self, system: str, messages: list[dict[str, Any]], schema: dict[str, Any] | None, name: str, mode: Mode
     ) -> LLMReply:
         sdk = self._sdk_module
         kwargs: dict[str, Any] = {
@@ -164,7 +182,7 @@ class AnthropicLLM(LLMClient):
         text = "".join(getattr(b, "text", "") for b in message.content if getattr(b, "type", None) == "text")
         if getattr(message, "stop_reason", None) == "refusal":
             raise ProviderError("anthropic chat: the model refused the request", code="provider_rejected")
-        return LLMReply(text, tokens, mode)
+        return LLMReply(text, tokens, mode, truncated=getattr(message, "stop_reason", None) == "max_tokens")
 
     async def aclose(self) -> None:
         # the SDK's own close() would close the httpx client it was given, which may be the host's

@@ -4,21 +4,23 @@ Why so small: the engine asks a model for exactly two things (split a question, 
 both as JSON checked against a schema. ``complete`` sends one conversation and returns the text of
 the reply, how it was constrained (``mode``) and what it cost (``tokens``); validating the JSON and
 re-asking once is :func:`context_engine.llm.structured.structured_call`'s job, identical for every
-provider.
+provider. ``complete_with_images`` is the one other door: a page image and a prompt in, text out
+(``vision_llm`` transcribing scanned pages), each provider sending the image in its own wire format.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+import base64
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import httpx
 
 from context_engine.embeddings.openai_compat import backoff_delay, error_snippet, parse_retry_after, redact
-from context_engine.errors import ProviderError
+from context_engine.errors import ConfigError, ProviderError
 
 T = TypeVar("T")
 
@@ -34,6 +36,28 @@ class LLMReply:
     text: str
     tokens: int
     mode: Mode
+    #: the model stopped at ``max_tokens``: the text is cut short (a transcription would be incomplete)
+    truncated: bool = False
+
+
+#: image types every provider of the seam accepts (others are converted to PNG before they are sent)
+IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/webp"})
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """One image sent to a model with a prompt: its bytes and its mime type."""
+
+    data: bytes
+    mime: str
+
+    def __post_init__(self) -> None:
+        if self.mime not in IMAGE_MIMES:
+            raise ValueError(f"image type {self.mime!r} cannot be sent to a model; use one of {sorted(IMAGE_MIMES)}")
+
+    @property
+    def base64(self) -> str:
+        return base64.b64encode(self.data).decode("ascii")
 
 
 class LLMClient(abc.ABC):
@@ -52,6 +76,13 @@ class LLMClient(abc.ABC):
         schema_name: str = "reply",
     ) -> LLMReply:
         """One reply. With ``schema``, JSON is requested the strongest way the endpoint supports."""
+
+    async def complete_with_images(self, *, system: str, prompt: str, images: Sequence[ImageInput]) -> LLMReply:
+        """A text reply to ``prompt`` about ``images`` (one user turn). Providers that can send images
+        override this in their own wire format; any other refuses, naming itself."""
+        raise ConfigError(
+            f"provider {self.provider!r} cannot send images to its model", code="images_unsupported"
+        )
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release a client this provider built itself (never a host-supplied one)."""

@@ -22,12 +22,21 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from context_engine.config import LLMConfig
 from context_engine.embeddings.openai_compat import parse_retry_after, redact
 from context_engine.errors import ConfigError, ProviderError
-from context_engine.llm.base import HttpClientFactory, LLMClient, LLMReply, Mode, Retryable, with_retries
+from context_engine.llm.base import (
+    HttpClientFactory,
+    ImageInput,
+    LLMClient,
+    LLMReply,
+    Mode,
+    Retryable,
+    with_retries,
+)
 from context_engine.llm.openai_compat import schema_instructions
 
 log = logging.getLogger("context_engine.llm")
@@ -166,11 +175,22 @@ class BedrockLLM(LLMClient):
             request["toolConfig"] = {"tools": [{"toolSpec": spec}], "toolChoice": {"tool": {"name": name}}}
         return request
 
+    async def complete_with_images(self, *, system: str, prompt: str, images: Sequence[ImageInput]) -> LLMReply:
+        """Images as Converse ``image`` blocks (raw bytes; botocore encodes them), then the prompt."""
+        request = self._request(system, [], None, "reply", "text")
+        blocks: list[dict[str, Any]] = [
+            {"image": {"format": image.mime.split("/", 1)[1], "source": {"bytes": image.data}}} for image in images
+        ]
+        blocks.append({"text": prompt})
+        request["messages"] = [{"role": "user", "content": blocks}]
+        return await self._send_request(request, "text")
+
     async def _send(
         self, system: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, name: str, mode: Mode
     ) -> LLMReply:
-        request = self._request(system, messages, schema, name, mode)
+        return await self._send_request(self._request(system, messages, schema, name, mode), mode)
 
+    async def _send_request(self, request: dict[str, Any], mode: Mode) -> LLMReply:
         async def attempt() -> dict[str, Any]:
             return await asyncio.to_thread(self._converse_once, request, mode)
 
@@ -236,7 +256,7 @@ class BedrockLLM(LLMClient):
             tool = next(block["toolUse"] for block in blocks if "toolUse" in block)
             return LLMReply(json.dumps(tool.get("input")), tokens, mode)
         text = "".join(block.get("text", "") for block in blocks if isinstance(block, dict))
-        return LLMReply(text, tokens, mode)
+        return LLMReply(text, tokens, mode, truncated=reply.get("stopReason") == "max_tokens")
 
     async def aclose(self) -> None:
         """Close boto3's connection pool (it is always ours: boto3 takes no host client)."""

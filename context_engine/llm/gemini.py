@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -32,6 +33,7 @@ from context_engine.errors import ConfigError, ProviderError
 from context_engine.llm.base import (
     ClientHolder,
     HttpClientFactory,
+    ImageInput,
     LLMClient,
     LLMReply,
     Mode,
@@ -135,10 +137,21 @@ class GeminiLLM(LLMClient):
             options["response_json_schema"] = schema
         return contents, types.GenerateContentConfig(**options)
 
+    async def complete_with_images(self, *, system: str, prompt: str, images: Sequence[ImageInput]) -> LLMReply:
+        """Images as inline-data parts, then the prompt, in one user turn."""
+        types = self._genai.types
+        parts = [types.Part.from_bytes(data=image.data, mime_type=image.mime) for image in images]
+        parts.append(types.Part(text=prompt))
+        contents, options = self._request(system, [], None, "text")
+        return await self._call([types.Content(role="user", parts=parts), *contents], options, "text")
+
     async def _send(
         self, system: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, mode: Mode
     ) -> LLMReply:
         contents, options = self._request(system, messages, schema, mode)
+        return await self._call(contents, options, mode)
+
+    async def _call(self, contents: list[Any], options: Any, mode: Mode) -> LLMReply:
         client = self._sdk()
         what = f"{self.provider} chat"
 
@@ -195,7 +208,8 @@ class GeminiLLM(LLMClient):
         text = "".join(
             part.text for part in parts if getattr(part, "text", None) and not getattr(part, "thought", None)
         )
-        return LLMReply(text=text, tokens=tokens, mode=mode)
+        truncated = finish.rsplit(".", 1)[-1] == "MAX_TOKENS"
+        return LLMReply(text=text, tokens=tokens, mode=mode, truncated=truncated)
 
     async def aclose(self) -> None:
         """Close the HTTP client only when we built it; a host-supplied client stays open."""

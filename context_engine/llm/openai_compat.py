@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -28,6 +29,7 @@ from context_engine.errors import ConfigError, ProviderError
 from context_engine.llm.base import (
     ClientHolder,
     HttpClientFactory,
+    ImageInput,
     LLMClient,
     LLMReply,
     secret_of,
@@ -111,7 +113,7 @@ class OpenAICompatibleLLM(LLMClient):
         return {"Authorization": f"Bearer {self._api_key}"}
 
     def _payload(
-        self, system: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, name: str, native: bool
+        self, system: str, messages: list[dict[str, Any]], schema: dict[str, Any] | None, name: str, native: bool
     ) -> dict[str, Any]:
         if schema is not None and not native:
             system += schema_instructions(schema)
@@ -153,8 +155,16 @@ class OpenAICompatibleLLM(LLMClient):
         _prompt_only.add(self._memo_key)
         return await self._send(system, messages, schema, schema_name, False)
 
+    async def complete_with_images(self, *, system: str, prompt: str, images: Sequence[ImageInput]) -> LLMReply:
+        """Images as ``image_url`` parts holding ``data:`` URLs, then the prompt, in one user message."""
+        parts: list[dict[str, Any]] = [
+            {"type": "image_url", "image_url": {"url": f"data:{image.mime};base64,{image.base64}"}} for image in images
+        ]
+        parts.append({"type": "text", "text": prompt})
+        return await self._send(system, [{"role": "user", "content": parts}], None, "reply", False)
+
     async def _send(
-        self, system: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, name: str, native: bool
+        self, system: str, messages: list[dict[str, Any]], schema: dict[str, Any] | None, name: str, native: bool
     ) -> LLMReply:
         payload = self._payload(system, messages, schema, name, native)
         client = self._http.get()
@@ -193,7 +203,8 @@ class OpenAICompatibleLLM(LLMClient):
     def _parse(self, response: httpx.Response, mode: Any) -> LLMReply:
         try:
             data = response.json()
-            message = data["choices"][0]["message"]
+            choice = data["choices"][0]
+            message = choice["message"]
             usage = data.get("usage") or {}
         except (ValueError, KeyError, IndexError, TypeError):
             raise ProviderError(
@@ -205,7 +216,8 @@ class OpenAICompatibleLLM(LLMClient):
         tokens = int(usage.get("total_tokens") or 0) or int(usage.get("prompt_tokens") or 0) + int(
             usage.get("completion_tokens") or 0
         )
-        return LLMReply(text=str(message.get("content") or ""), tokens=tokens, mode=mode)
+        truncated = choice.get("finish_reason") == "length"
+        return LLMReply(text=str(message.get("content") or ""), tokens=tokens, mode=mode, truncated=truncated)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Iterable, Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from context_engine.errors import IngestTooLarge
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
 from context_engine.ingest.extractors import detect
 from context_engine.ingest.extractors._base import REGISTRY, Extractor, Source, register
 from context_engine.ingest.extractors.detect import detect_format
+
+if TYPE_CHECKING:
+    from context_engine.ingest.extractors.vision import PageTranscriber
 
 __all__ = [
     "REGISTRY",
@@ -153,6 +156,7 @@ def extract(
     name: str | None = None,
     mime: str | None = None,
     max_rows: int | None = None,
+    vision: PageTranscriber | None = None,
 ) -> Extracted:
     """Extract ``source`` (bytes, a path, or a seekable binary file the caller keeps open).
 
@@ -161,8 +165,10 @@ def extract(
     Markdown …) for content that neither sniffing nor the extension placed. ``max_rows`` caps the
     data rows of ``.csv``, ``.tsv`` and ``.xlsx`` files (by the name's extension, header rows not
     counted, across all sheets of a workbook) and raises ``IngestTooLarge`` while streaming.
+    ``vision`` (``vision_llm``'s transcriber for one ingest) reads scanned pages and images with the
+    model instead of Tesseract; it must be called from a worker thread, off its event loop.
     """
-    return extract_source(Source.of(source, name=name, max_rows=max_rows), mime)
+    return extract_source(Source.of(source, name=name, max_rows=max_rows, vision=vision), mime)
 
 
 # The built-in formats register themselves on import; the heavy libraries inside each are

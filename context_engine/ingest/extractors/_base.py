@@ -12,9 +12,12 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from context_engine.ingest.extracted import Extracted, ExtractionFailed
+
+if TYPE_CHECKING:
+    from context_engine.ingest.extractors.vision import PageTranscriber
 
 #: How many leading bytes format sniffing and the text plausibility check look at.
 HEAD_BYTES = 64 * 1024
@@ -41,6 +44,8 @@ class Source:
     path: pathlib.Path | None = None
     file: BinaryIO | None = None
     depth: int = 0
+    #: ``vision_llm``'s transcriber for this ingest (scanned pages, images); None reads them as before
+    vision: PageTranscriber | None = field(default=None, repr=False)
     _start: int = field(default=0, repr=False)
 
     @classmethod
@@ -51,14 +56,15 @@ class Source:
         name: str | None,
         max_rows: int | None,
         depth: int = 0,
+        vision: PageTranscriber | None = None,
     ) -> Source:
         """Wrap whatever the caller handed over; a ``str`` is a path, never content."""
         if isinstance(source, bytes | bytearray | memoryview):
-            return cls(name=name, max_rows=max_rows, data=bytes(source), depth=depth)
+            return cls(name=name, max_rows=max_rows, data=bytes(source), depth=depth, vision=vision)
         if isinstance(source, str | pathlib.PurePath):
             path = pathlib.Path(source)
             return cls(name=name if name is not None else path.name, max_rows=max_rows, path=path,
-                       depth=depth)
+                       depth=depth, vision=vision)
         if hasattr(source, "read"):
             file_name = getattr(source, "name", None)
             if name is None and isinstance(file_name, str):
@@ -66,8 +72,8 @@ class Source:
             seekable = getattr(source, "seekable", None)
             if seekable is None or not seekable():
                 # One pass is all a pipe offers; sniffing needs two, so keep the bytes.
-                return cls(name=name, max_rows=max_rows, data=source.read(), depth=depth)
-            return cls(name=name, max_rows=max_rows, file=source, depth=depth, _start=source.tell())
+                return cls(name=name, max_rows=max_rows, data=source.read(), depth=depth, vision=vision)
+            return cls(name=name, max_rows=max_rows, file=source, depth=depth, vision=vision, _start=source.tell())
         raise TypeError(f"cannot extract from {type(source).__name__}; pass bytes, a path or a binary file")
 
     @property

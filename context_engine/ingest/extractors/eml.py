@@ -84,7 +84,8 @@ def extract_eml(source: Source) -> Extracted:
         try:
             payload = _attachment_bytes(part)
             inner = extract_source(
-                Source(data=payload, name=filename, max_rows=source.max_rows, depth=source.depth + 1),
+                Source(data=payload, name=filename, max_rows=source.max_rows, depth=source.depth + 1,
+                       vision=source.vision),
                 mime=part.get_content_type(),
             )
             section = f"attachment: {filename}"

@@ -1,10 +1,11 @@
-"""PDF (pypdf) and images, with Tesseract OCR for pages that have no text layer.
+"""PDF (pypdf) and images, with a vision model or Tesseract OCR for pages that have no text layer.
 
 Every PDF unit carries its 1-based ``page``; ``meta["pages"]`` is the page count. A page with no
-text but with an image is a scan: it is OCR'd when the ``[ocr]`` extra and the Tesseract binary
-are present, and otherwise the WHOLE file fails with the install hint — indexing only the pages
-that happened to have text would be a document that answers wrongly and looks healthy. A page
-with neither text nor images is blank and simply has no units.
+text but with an image is a scan. With ``vision_llm`` configured it is rendered and transcribed to
+Markdown by that model (:mod:`vision`; ``meta["vision_pages"]``). Otherwise it is OCR'd when the
+``[ocr]`` extra and the Tesseract binary are present, and otherwise the WHOLE file fails with the
+install hint — indexing only the pages that happened to have text would be a document that
+answers wrongly and looks healthy. A page with neither text nor images is blank and has no units.
 
 With the ``[pdf]`` extra (pdfplumber), a text page that holds ruled tables keeps them as Markdown
 tables (:mod:`pdf_tables`); without it, the text layer is read as plain text.
@@ -121,7 +122,7 @@ def extract_pdf(source: Source) -> Extracted:
                 scanned.append((number, page))
 
         ocr_pages: list[int] = []
-        if scanned:
+        if scanned and source.vision is None:
             engine = ocr_engine()
             if engine is None:
                 listed = ", ".join(str(number) for number, _ in scanned[:20])
@@ -140,6 +141,14 @@ def extract_pdf(source: Source) -> Extracted:
             title = None
         if title:
             meta["title"] = str(title)
+    if scanned and source.vision is not None:
+        # after pypdf is done with the stream: the pages are rendered from a pass of their own
+        from context_engine.ingest.extractors import vision
+
+        tokens_before = source.vision.tokens
+        numbers = [number for number, _ in scanned]
+        units.extend(vision.transcribe_pdf_pages(source, numbers))
+        meta.update(vision.vision_meta(source, numbers, tokens_before))
     if text_pages and pdf_tables.available():
         # a second pass over the file, after pypdf is done with the stream (a caller's file is shared)
         try:
@@ -158,7 +167,12 @@ def extract_pdf(source: Source) -> Extracted:
 
 
 def extract_image(source: Source) -> Extracted:
-    """An image is all scan: OCR every frame (a multi-page TIFF is one frame per page)."""
+    """An image is all scan: read by ``vision_llm`` when one is configured, else OCR every frame (a
+    multi-page TIFF is one frame per page)."""
+    if source.vision is not None:
+        from context_engine.ingest.extractors.vision import transcribe_image
+
+        return transcribe_image(source)
     engine = ocr_engine()
     if engine is None:
         raise _ocr_unavailable(f"{source.label} is an image, so its text")

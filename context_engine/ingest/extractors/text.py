@@ -140,6 +140,23 @@ class _MarkdownReader:
         return end
 
 
+class MarkdownPages:
+    """Markdown that arrives a page at a time (a transcribed scan): a heading carries on across pages."""
+
+    def __init__(self) -> None:
+        self._reader = _MarkdownReader()
+
+    def read(self, text: str, page: int, meta: dict[str, object] | None = None) -> list[Unit]:
+        """The units of one page, numbered ``page``, with ``meta`` added to each."""
+        start = len(self._reader.units)
+        self._reader.read(text)
+        units = self._reader.units[start:]
+        for unit in units:
+            unit.page = page
+            unit.meta.update(meta or {})
+        return units
+
+
 @extractor(detect.MARKDOWN)
 def extract_markdown(source: Source) -> Extracted:
     """Headings become sections; code fences and tables stay whole."""
