@@ -26,7 +26,7 @@ from context_engine.ingest.batching import batch_limits
 from tests.conftest import make_config
 from tests.fakes.http_server import FakeHTTPServer, fake_openai_embeddings, fake_vector, json_reply
 from tests.fakes.openai_batches import FakeBatchServer
-from tests.test_conformance import CLIENTS, multipart
+from tests.test_conformance import CLIENTS, fresh_database, multipart
 
 DIM = 8
 API_KEY = "sk-batch-ingest-SECRET-0123456789"
@@ -48,6 +48,10 @@ def _embedding(server: FakeHTTPServer, **overrides: Any) -> dict[str, Any]:
     }
     settings.update(overrides)
     return settings
+
+
+def _without_batch_api(server: FakeHTTPServer) -> dict[str, Any]:
+    return {"provider": "cohere", "model": "embed-test", "api_key": API_KEY, "base_url": server.url(), "dim": DIM}
 
 
 @pytest.fixture
@@ -286,7 +290,7 @@ async def test_a_job_another_poll_holds_is_left_to_it(engine: ContextEngine, bat
 
 async def test_a_provider_without_a_batch_api_refuses_before_anything_is_stored(database_url: str) -> None:
     with FakeHTTPServer() as server:
-        settings = {"provider": "cohere", "model": "embed-test", "api_key": API_KEY, "base_url": server.url(), "dim": DIM}
+        settings = _without_batch_api(server)
         async with ContextEngine(make_config(database_url, embedding=settings)) as engine:
             with pytest.raises(BatchNotSupported) as caught:
                 await engine.ingest(text=_sections(2), name="refused", batch=True)
@@ -323,8 +327,6 @@ def test_the_gemini_and_vertex_rows_of_the_batch_table() -> None:
 def test_the_route_takes_batch_as_a_json_field_and_as_a_form_field(
     pg_base_url: str, server: FakeHTTPServer, batches: FakeBatchServer
 ) -> None:
-    from tests.test_conformance import fresh_database
-
     body, content_type = multipart(
         {"source_id": "uploads", "batch": "true"}, {"file": ("notes.md", _sections(2).encode(), "text/markdown")}
     )
@@ -356,10 +358,8 @@ def test_the_route_takes_batch_as_a_json_field_and_as_a_form_field(
 
 
 def test_the_route_refuses_batch_on_a_provider_without_one(pg_base_url: str) -> None:
-    from tests.test_conformance import fresh_database
-
     with FakeHTTPServer() as server, fresh_database(pg_base_url) as url:
-        settings = {"provider": "cohere", "model": "embed-test", "api_key": API_KEY, "base_url": server.url(), "dim": DIM}
+        settings = _without_batch_api(server)
         engine = ContextEngine(make_config(url, embedding=settings))
         with CLIENTS["fastapi"](engine, lambda request: True, lambda request: TRUSTED) as send:
             refused = send(
