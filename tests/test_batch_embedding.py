@@ -273,6 +273,32 @@ async def test_a_new_batch_version_supersedes_the_older_job(
         assert _vector(r["embedding"]) == pytest.approx(fake_vector(r["text"], DIM), abs=1e-6)
 
 
+async def test_a_metadata_change_while_the_job_waits_keeps_it_and_a_delete_drops_it(
+    engine: ContextEngine, server: FakeHTTPServer, batches: FakeBatchServer
+) -> None:
+    kept = (await engine.ingest(text=_sections(3), name="kept", acl=["group:a"], batch=True)).documents[0]
+    dropped = (await engine.ingest(text=_sections(2, "subject"), name="dropped", batch=True)).documents[0]
+    assert kept.document_id is not None and dropped.document_id is not None
+    await engine.update_document(kept.document_id, acl=["group:b"], principals=TRUSTED)  # version 2, same chunks
+    await engine.delete_document(dropped.document_id, principals=TRUSTED)
+    assert [j["version"] for j in await _jobs(engine)] == [1]  # the deleted document's job went with it
+
+    outcomes = [o for _ in range(2) for o in await engine.poll_batches()]
+
+    assert [(o.document_id, o.outcome) for o in outcomes] == [
+        (kept.document_id, "pending"),
+        (kept.document_id, "completed"),
+    ]
+    rows = await _rows(engine, kept.document_id)
+    assert all(r["embedding"] is None for r in rows if r["version"] == 1)  # closed: never written
+    current = [r for r in rows if r["version"] == 2]
+    assert len(current) == 3
+    for r in current:
+        assert _vector(r["embedding"]) == pytest.approx(fake_vector(r["text"], DIM), abs=1e-6)
+    doc = await engine.get_document(kept.document_id, principals=TRUSTED)
+    assert (doc.status, doc.acl) == ("completed", ["group:b"])
+
+
 async def test_a_job_another_poll_holds_is_left_to_it(engine: ContextEngine, batches: FakeBatchServer) -> None:
     doc_id = (await engine.ingest(text=_sections(2), name="shared", batch=True)).documents[0].document_id
     db = await engine.services.db()
