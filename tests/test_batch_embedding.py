@@ -21,7 +21,8 @@ from context_engine import TRUSTED, ContextEngine
 from context_engine.cli import main
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.batches import BatchNotSupported
-from context_engine.hooks import Hooks, UsageEvent
+from context_engine.hooks import Hooks, ProgressEvent, UsageEvent
+from context_engine.ingest.batch_poll import WRITE_PAGE
 from context_engine.ingest.batching import batch_limits
 from tests.conftest import make_config
 from tests.fakes.http_server import FakeHTTPServer, fake_openai_embeddings, fake_vector, json_reply
@@ -254,6 +255,50 @@ async def test_a_new_version_supersedes_a_pending_job_and_the_poll_never_writes_
     assert (await engine.get_document(first.document_id, principals=TRUSTED)).status == "completed"
 
 
+async def test_a_version_written_while_a_job_is_collected_stops_it_between_pages(
+    engine: ContextEngine, server: FakeHTTPServer, batches: FakeBatchServer
+) -> None:
+    """A job's output is written a page at a time; a new version landing between two pages ends the
+    collection, and the new version's rows keep their own vectors."""
+
+    def negated(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:  # tells batch vectors from synchronous ones
+        for line in lines:
+            item = line["response"]["body"]["data"][0]
+            item["embedding"] = [-x for x in item["embedding"]]
+        return lines
+
+    batches.output = negated
+    chunks = WRITE_PAGE + 3
+    first = (await engine.ingest(text=_sections(chunks), name="big", batch=True)).documents[0]
+    assert first.chunks == chunks and first.document_id is not None
+    assert (await engine.poll_batches())[0].outcome == "pending"
+
+    replaced: list[str] = []
+
+    async def on_progress(event: ProgressEvent) -> None:
+        # the first page of the job is stored: a synchronous ingest of new content lands now (its own
+        # progress events come through here too, hence the mark set before it starts)
+        if event.stage == "embed" and event.state == "progress" and not replaced:
+            replaced.append("started")
+            newer = (await engine.ingest(text=_sections(4, "subject"), name="big")).documents[0]
+            replaced.append(newer.status)
+
+    engine.hooks = Hooks(on_progress=on_progress)
+    (outcome,) = await engine.poll_batches()
+
+    assert replaced == ["started", "completed"]
+    assert (outcome.outcome, outcome.stored) == ("superseded", WRITE_PAGE)
+    rows = await _rows(engine, first.document_id)
+    old = [r for r in rows if r["version"] == 1]
+    assert sum(r["embedding"] is not None for r in old) == WRITE_PAGE  # the first page only
+    for r in (r for r in old if r["embedding"] is not None):
+        assert _vector(r["embedding"]) == pytest.approx([-x for x in fake_vector(r["text"], DIM)], abs=1e-6)
+    for r in (r for r in rows if r["version"] == 2):
+        assert _vector(r["embedding"]) == pytest.approx(fake_vector(r["text"], DIM), abs=1e-6)
+    assert [j["state"] for j in await _jobs(engine)] == ["superseded"]
+    assert (await engine.get_document(first.document_id, principals=TRUSTED)).status == "completed"
+
+
 async def test_a_new_batch_version_supersedes_the_older_job(
     engine: ContextEngine, server: FakeHTTPServer, batches: FakeBatchServer
 ) -> None:
@@ -297,6 +342,27 @@ async def test_a_metadata_change_while_the_job_waits_keeps_it_and_a_delete_drops
         assert _vector(r["embedding"]) == pytest.approx(fake_vector(r["text"], DIM), abs=1e-6)
     doc = await engine.get_document(kept.document_id, principals=TRUSTED)
     assert (doc.status, doc.acl) == ("completed", ["group:b"])
+
+
+async def test_a_provider_out_of_reach_leaves_the_job_waiting(
+    engine: ContextEngine, server: FakeHTTPServer, batches: FakeBatchServer
+) -> None:
+    doc_id = (await engine.ingest(text=_sections(2), name="patient", batch=True)).documents[0].document_id
+    (job,) = await _jobs(engine)
+    answer = {"error": {"message": f"upstream down for key {API_KEY}"}}
+    server.route("GET", f"/v1/batches/{job['batch_id']}", json_reply(503, answer))
+
+    (outcome,) = await engine.poll_batches()
+
+    assert (outcome.outcome, outcome.document_id) == ("unreachable", doc_id)
+    assert outcome.message and API_KEY not in outcome.message
+    (after,) = await _jobs(engine)
+    assert after["state"] == "pending"
+    assert (await _document_row(engine, doc_id or ""))["status"] == "batch_pending"
+    # the claim was let go: the next poll asks again
+    server.route("GET", f"/v1/batches/{job['batch_id']}", lambda *_: batches.poll(job["batch_id"], 1))
+    (retried,) = await engine.poll_batches()
+    assert retried.outcome == "completed"
 
 
 async def test_a_job_another_poll_holds_is_left_to_it(engine: ContextEngine, batches: FakeBatchServer) -> None:

@@ -92,6 +92,8 @@ class _JobPoll:
         self.holder = str(uuid.uuid4())
         self.seconds = float(services.config.ingest.resume_stale_seconds)
         self.stored = 0
+        #: why the job stopped being this poll's to write (set when :meth:`live` says no)
+        self.stopped: Outcome = "superseded"
 
     def outcome(self, outcome: Outcome, provider_status: str | None = None, message: str | None = None) -> BatchOutcome:
         job = self.job
@@ -112,10 +114,11 @@ class _JobPoll:
         async with self.share.begin() as conn:
             if not await store.claim(conn, self.job.row_id, self.holder, self.seconds):
                 return self.outcome("in_progress")
-            state, _ = await store.live_version(conn, self.job.row_id, self.job.document_id, self.holder, self.seconds)
-            if state == "superseded":
-                await store.supersede(conn, self.job.row_id)
-                return self.outcome("superseded")
+        # a transaction of its own: the check locks the document before the job, as every writer does
+        async with self.share.begin() as conn:
+            version = await self.live(conn)
+        if version is None:
+            return self.outcome(self.stopped)
         try:
             handle = BatchHandle.from_dict(self.job.handle)
             api = self.services.embedder.batch_api()
@@ -157,23 +160,29 @@ class _JobPoll:
         job = self.job
         async with self.share.begin() as conn:
             version = await self.live(conn)
-            await store.store_by_position(conn, job.document_id, version, positions, vectors, key)
-            self.stored += len(positions)
-            await repo.set_embedding_progress(conn, job.document_id, self.progress(self.stored))
+            if version is not None:
+                await store.store_by_position(conn, job.document_id, version, positions, vectors, key)
+                await repo.set_embedding_progress(conn, job.document_id, self.progress(self.stored + len(positions)))
+        if version is None:
+            raise _Stop(self.stopped)
+        self.stored += len(positions)
         await self.services.hooks.emit(
             "on_progress", ProgressEvent("embed", "progress", job.name, job.document_id, self.progress(self.stored))
         )
 
-    async def live(self, conn: AsyncConnection) -> int:
-        """The document's current version when the job may still write onto it; else :class:`_Stop`."""
+    async def live(self, conn: AsyncConnection) -> int | None:
+        """The document's current version when the job may still write onto it in this transaction;
+        else None, with the reason in ``stopped`` (a superseded job is closed in the same transaction,
+        so the caller lets it commit)."""
         state, version = await store.live_version(
             conn, self.job.row_id, self.job.document_id, self.holder, self.seconds
         )
+        if state == "live":
+            return version
         if state == "superseded":
             await store.supersede(conn, self.job.row_id)
-        if state != "live":
-            raise _Stop("superseded" if state == "superseded" else "in_progress")
-        return version
+        self.stopped = "superseded" if state == "superseded" else "in_progress"
+        return None
 
     def progress(self, done: int) -> dict[str, int]:
         """``embedding_progress``; the job's tokens count once every vector is in."""
@@ -182,14 +191,14 @@ class _JobPoll:
 
     async def finish(self, provider_status: str) -> BatchOutcome:
         job = self.job
-        try:
-            async with self.share.begin() as conn:
-                version = await self.live(conn)
+        async with self.share.begin() as conn:
+            version = await self.live(conn)
+            if version is not None:
                 missing = await store.missing_vectors(conn, job.document_id, version)
                 if missing == 0:
                     await store.finish(conn, job.row_id, job.document_id, provider_status, self.progress(self.stored))
-        except _Stop as stop:
-            return self.outcome(stop.outcome, provider_status)
+        if version is None:
+            return self.outcome(self.stopped, provider_status)
         if missing:
             return await self.fail(
                 provider_status, f"{missing} of {job.chunk_count} chunks have no vector after the batch"
@@ -224,9 +233,9 @@ class _JobPoll:
     async def fail(self, provider_status: str, message: str) -> BatchOutcome:
         job = self.job
         message = self.scrub(message)
-        try:
-            async with self.share.begin() as conn:
-                await self.live(conn)
+        async with self.share.begin() as conn:
+            version = await self.live(conn)
+            if version is not None:
                 await store.fail(
                     conn,
                     job.row_id,
@@ -235,8 +244,8 @@ class _JobPoll:
                     message=message,
                     progress=self.progress(self.stored),
                 )
-        except _Stop as stop:
-            return self.outcome(stop.outcome, provider_status)
+        if version is None:
+            return self.outcome(self.stopped, provider_status)
         log.warning("batch: document=%s batch %s failed: %s", job.document_id, job.handle.get("batch_id"), message)
         return self.outcome("failed", provider_status, message)
 
