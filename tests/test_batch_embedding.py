@@ -21,6 +21,7 @@ from context_engine import TRUSTED, ContextEngine
 from context_engine.cli import main
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.batches import BatchNotSupported
+from context_engine.errors import InvalidRequest
 from context_engine.hooks import Hooks, ProgressEvent, UsageEvent
 from context_engine.ingest.batch_poll import WRITE_PAGE
 from context_engine.ingest.batching import batch_limits
@@ -392,6 +393,13 @@ async def test_a_provider_without_a_batch_api_refuses_before_anything_is_stored(
     assert (error.code, error.status) == ("batch_unsupported", 400)
     assert "embedding.provider 'cohere'" in error.message and "batch=True" in error.message
     assert (stats.documents, stats.chunks) == (0, 0)
+
+
+async def test_batch_must_be_a_boolean(engine: ContextEngine, batches: FakeBatchServer) -> None:
+    with pytest.raises(InvalidRequest, match="batch must be true or false") as caught:
+        await engine.ingest(text="words", name="n", batch="yes")  # type: ignore[arg-type]
+    assert caught.value.status == 400
+    assert (await engine.stats(principals=TRUSTED)).documents == 0 and batches.files == {}
 
 
 async def test_a_submission_the_provider_refuses_leaves_the_document_resumable(
