@@ -15,6 +15,7 @@ from typing import Any
 
 from context_engine import skill
 from context_engine.config import ContextEngineConfig
+from context_engine.ingest import batches_cli
 from context_engine.mcp import cli as mcp_cli
 from context_engine.tools import cli as tools_cli
 
@@ -112,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     skill.add_parser(sub)
     mcp_cli.add_parser(sub)
     tools_cli.add_parser(sub)
+    batches_cli.add_parser(sub)
     return parser
 
 
@@ -141,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return skill.run(args)
             if args.command == "tools":
                 return tools_cli.run(args)
+            if args.command == "batches":
+                return batches_cli.run(args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

@@ -239,6 +239,10 @@ class IngestConfig(BaseModel):
     extract_fields: bool = False
     #: field name -> what it means, steering that extraction (``None``: the model chooses the fields)
     field_hints: dict[str, str] | None = None
+    #: the most characters of a document's text kept on its row (``get_document``'s ``text``); past it the
+    #: text is cut and the document says ``text_truncated``. Chunks are never cut: all stay searchable.
+    #: ``None``: no cap
+    max_document_text_chars: int | None = Field(default=None, ge=1)
 
 
 class ComputeConfig(BaseModel):

@@ -26,6 +26,8 @@ from context_engine.errors import (
     NotFound,
 )
 from context_engine.hooks import Hooks
+from context_engine.ingest.batch_embedding import batch_client
+from context_engine.ingest.batch_poll import BatchOutcome, poll_batches
 from context_engine.ingest.pipeline import Ingestor, open_source
 from context_engine.knowledge.models import AgentLinks, KnowledgeResult
 from context_engine.limits import KNOWLEDGE_TOP_K_MAX, MAX_COMPRESS_TOKENS, MAX_QUERY_CHARS
@@ -48,6 +50,7 @@ from context_engine.revisions import idempotency, keyed, retention
 from context_engine.revisions.models import DocumentVersion, VacuumReport
 from context_engine.services import HttpClientFactory, Services
 from context_engine.storage import repository as repo
+from context_engine.storage import stored_text
 from context_engine.storage.predicates import ReadScope
 
 log = logging.getLogger("context_engine")
@@ -172,6 +175,7 @@ class ContextEngine:
         principals: Iterable[str] | object = TRUSTED,
         mode: str = "hybrid",
         idempotency_key: str | None = None,
+        batch: bool = False,
     ) -> IngestReport:
         """Ingest one document. A bad document becomes a ``failed`` report, never an exception.
 
@@ -184,11 +188,18 @@ class ContextEngine:
         mid-embedding leaves the document in status ``embedding``; see ``resume_embeddings``.
         ``idempotency_key`` (per source): the same key with the same request returns the first
         report without writing; with other content it raises ``IdempotencyKeyReused`` (409).
+        ``batch=True`` submits the stored chunk set through the provider's batch API: the document
+        reports ``batch_pending`` until ``poll_batches`` completes it; a provider without a batch API
+        raises ``BatchNotSupported`` (400) before anything is stored.
         """
         if (text is None) == (file is None):
             raise InvalidRequest("pass exactly one of text= or file=")
         if mode not in ("hybrid", "graph"):
             raise InvalidRequest('mode must be "hybrid" or "graph"')
+        if not isinstance(batch, bool):
+            raise InvalidRequest("batch must be true or false")
+        if batch:  # refused before anything is read or stored
+            batch_client(self.services)
         key = idempotency.check_key(idempotency_key) if idempotency_key is not None else None
         caller = resolve(principals)  # type: ignore[arg-type]
         acl_list = _clean_acl(acl)
@@ -214,7 +225,14 @@ class ContextEngine:
 
         async def run() -> DocumentReport:
             return await self._ingestor.ingest(
-                source, name=name, source_id=source_id, acl=acl_list, attributes=attributes, mime=mime, caller=caller
+                source,
+                name=name,
+                source_id=source_id,
+                acl=acl_list,
+                attributes=attributes,
+                mime=mime,
+                caller=caller,
+                batch=batch,
             )
 
         if key is None:
@@ -229,7 +247,7 @@ class ContextEngine:
                 mime=mime,
             )
             report = await _keyed_ingest(await self._ready(), source_id, key, digest, run)
-        stored = report.status in ("completed", "embedding") and report.document_id is not None
+        stored = report.status in ("completed", "embedding", "batch_pending") and report.document_id is not None
         if self.config.ingest.extract_fields and stored:
             await self._extract_after_ingest(report.document_id)  # type: ignore[arg-type]
         if mode == "graph" and stored:
@@ -264,6 +282,14 @@ class ContextEngine:
         """
         doc_id = _check_uuid(document_id) if document_id is not None else None
         return _totals(await self._ingestor.resume(doc_id))
+
+    # ------------------------------------------------------------------ batch embedding
+    async def poll_batches(self) -> list[BatchOutcome]:
+        """Ask the provider once about every embedding batch ``ingest(batch=True)`` submitted; store
+        the vectors of finished ones (the document completes) and report what each poll did. A job
+        that ended without every vector leaves its document in ``embedding`` (``batch_failed``), for
+        ``resume_embeddings`` or a new batch ingest. An operator's call: it reads every source."""
+        return await poll_batches(self.services, self._scrubber().text)
 
     # ------------------------------------------------------------------ search
     async def search(
@@ -979,7 +1005,15 @@ async def _keyed_delete(db: AsyncEngine, document_id: str, caller: tuple[str, ..
 
 
 def _totals(reports: list[DocumentReport]) -> IngestReport:
-    totals = {"files": len(reports), "completed": 0, "failed": 0, "skipped": 0, "embedding": 0, "chunks": 0}
+    totals = {
+        "files": len(reports),
+        "completed": 0,
+        "failed": 0,
+        "skipped": 0,
+        "embedding": 0,
+        "batch_pending": 0,
+        "chunks": 0,
+    }
     for report in reports:
         totals[report.status] = totals.get(report.status, 0) + 1
         totals["chunks"] += report.chunks
@@ -1053,6 +1087,8 @@ def _document(row: dict[str, Any], *, trusted: bool, red: Redactor) -> Document:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         text=red.text(row.get("text")),
+        # a version read (it has valid_from) assembles the whole text from the chunks: never cut
+        text_truncated=stored_text.is_truncated(row.get("meta")) and "valid_from" not in row,
     )
 
 

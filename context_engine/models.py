@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-DocumentStatus = Literal["completed", "failed", "embedding", "processing"]
+DocumentStatus = Literal["completed", "failed", "embedding", "processing", "batch_pending"]
 FailureReason = Literal[
     "input_too_large",
     "provider_rejected",
@@ -15,6 +15,7 @@ FailureReason = Literal[
     "extraction_failed",
     "chunk_set_changed",
     "vision_failed",
+    "batch_failed",
     "unknown",
 ]
 
@@ -26,6 +27,7 @@ FAILURE_MESSAGES: dict[str, str] = {
     "extraction_failed": "The file could not be read as a supported document format.",
     "chunk_set_changed": "The document changed while it was being embedded.",
     "vision_failed": "The model that transcribes scanned pages and images failed on a page of this document.",
+    "batch_failed": "The embedding provider's batch job ended without a vector for every chunk.",
     "unknown": "The document could not be processed.",
 }
 
@@ -76,7 +78,8 @@ class DocumentReport(BaseModel):
     document_id: str | None
     name: str
     source_id: str
-    status: Literal["completed", "failed", "skipped", "embedding"]
+    #: ``batch_pending``: stored and readable by the text legs; ``poll_batches`` completes it
+    status: Literal["completed", "failed", "skipped", "embedding", "batch_pending"]
     version: int | None = None
     revision: int | None = None
     chunks: int = 0
@@ -91,6 +94,8 @@ class DocumentReport(BaseModel):
     #: ``ingest(mode="graph")``: the mode that ran (a spreadsheet stays ``hybrid``) and why
     mode_used: str | None = None
     mode_reason: str | None = None
+    #: the stored text was cut at ``ingest.max_document_text_chars`` (every chunk is still stored)
+    text_truncated: bool = False
 
 
 class IngestReport(BaseModel):
@@ -116,6 +121,8 @@ class Document(BaseModel):
     created_at: datetime
     updated_at: datetime
     text: str | None = None
+    #: ``text`` was cut at ``ingest.max_document_text_chars`` when it was stored (the chunks were not)
+    text_truncated: bool = False
 
 
 class DocumentPage(BaseModel):

@@ -44,18 +44,26 @@ def parse_json_body(raw: bytes, content_type: str | None, model: type[BaseModel]
     return validate(check_json_value(data, "", MAX_JSON_DEPTH), model)
 
 
+#: a boolean form field's words; anything else reaches validation as text and is refused there
+_FORM_BOOLS = {"true": True, "false": False}
+
+
 def parse_form_fields(fields: list[tuple[str, str]], model: type[BaseModel]) -> BaseModel:
     """The non-file fields of a multipart form, as ``model``.
 
     ``acl`` may come as repeated parts, one principal each, or as one part holding a JSON list or
-    comma-separated principals; ``attributes`` is JSON text. Any other repeated field: the last wins.
+    comma-separated principals; ``attributes`` is JSON text; ``batch`` is ``true`` or ``false``. Any
+    other repeated field: the last wins.
     """
     data: dict[str, Any] = {}
     acl = [raw for key, raw in fields if key == "acl"]
     for key, raw in fields:
         if raw == "" or key == "acl":
             continue  # an empty field means the default, as an absent one does
-        data[key] = _form_json(raw, key) if key == "attributes" else raw
+        if key == "attributes":
+            data[key] = _form_json(raw, key)
+        else:
+            data[key] = _FORM_BOOLS.get(raw, raw) if key == "batch" else raw
     if len(acl) > 1:
         data["acl"] = acl
     elif acl and acl[0] != "":

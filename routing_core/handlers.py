@@ -50,6 +50,7 @@ async def ingest(call: Call) -> CoreResponse:
         attributes=fields.attributes,
         principals=call.who.principals_arg(),
         idempotency_key=call.request.header("idempotency-key"),
+        batch=fields.batch,
     )
     return _report(report, call)
 
@@ -60,7 +61,7 @@ def _report(report: IngestReport, call: Call) -> CoreResponse:
         for doc in report.documents:
             doc.error = None
     body = report.model_dump(mode="json")
-    if any(d.status in ("completed", "embedding") for d in report.documents):
+    if any(d.status in ("completed", "embedding", "batch_pending") for d in report.documents):
         return CoreResponse(201, body)
     failed = next((d for d in report.documents if d.status == "failed"), None)
     if failed is None:

@@ -91,6 +91,10 @@ class IngestFields(BaseModel):
     source_id: SourceId = "default"
     acl: Acl | None = None
     attributes: Attributes | None = None
+    batch: StrictBool = Field(
+        default=False,
+        description="embed through the provider's batch API: the document answers batch_pending until a poll",
+    )
 
 
 class IngestTextBody(IngestFields):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from typing import IO, Any
 
 import httpx
@@ -74,17 +74,42 @@ class OpenAIBatchClient:
 
     async def submit(self, texts: Sequence[str]) -> BatchHandle:
         """Upload every text as one job; the handle's positions are the order of ``texts``."""
-        if not texts:
+
+        async def one_page() -> AsyncIterator[Sequence[str]]:
+            yield texts
+
+        return await self.submit_pages(one_page(), len(texts))
+
+    def check_count(self, count: int) -> None:
+        """Refuse a chunk count one job cannot hold, before anything is stored or sent."""
+        if count < 1:
             raise InvalidRequest("an embedding batch needs at least one chunk", code="batch_empty")
-        if len(texts) > MAX_BATCH_REQUESTS:
+        if count > MAX_BATCH_REQUESTS:
             raise BatchNotSupported(
-                f"this document has {len(texts)} chunks and one {self.provider} batch holds at most "
+                f"this document has {count} chunks and one {self.provider} batch holds at most "
                 f"{MAX_BATCH_REQUESTS}; ingest it without batch=True",
-                details={"chunks": len(texts), "limit": MAX_BATCH_REQUESTS},
+                details={"chunks": count, "limit": MAX_BATCH_REQUESTS},
             )
+
+    async def submit_pages(self, pages: AsyncIterable[Sequence[str]], count: int) -> BatchHandle:
+        """Upload ``count`` texts that arrive a page at a time (a large document's chunks are read
+        from the database in pages, never all held), as one job in arrival order.
+
+        The count is checked before anything is read or sent; pages that add up to another count
+        are refused before the job is created.
+        """
+        self.check_count(count)
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as staged:
-            for position, text in enumerate(texts):
-                staged.write(self._line(position, text))
+            position = 0
+            async for page in pages:
+                for text in page:
+                    staged.write(self._line(position, text))
+                    position += 1
+            if position != count:
+                raise InvalidRequest(
+                    f"the batch was announced with {count} inputs but {position} arrived; nothing was sent",
+                    code="batch_count_mismatch",
+                )
             file_id = await self._upload(staged)
         batch = await self._request(
             "POST",
@@ -100,7 +125,7 @@ class OpenAIBatchClient:
         batch_id = batch.get("id") if isinstance(batch, dict) else None
         if not isinstance(batch_id, str) or not batch_id:
             raise self._malformed("batch")
-        return BatchHandle(self.provider, batch_id, file_id, len(texts), self._key)
+        return BatchHandle(self.provider, batch_id, file_id, count, self._key)
 
     def _line(self, position: int, text: str) -> bytes:
         body: dict[str, Any] = {"model": self._model, "input": text}

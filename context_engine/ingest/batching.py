@@ -23,6 +23,9 @@ PROVIDER_BATCH_LIMITS: dict[str, tuple[int, int | None]] = {
     "custom": (256, 250_000),
     "voyage": (128, 120_000),
     "cohere": (96, None),
+    # one batchEmbedContents request carries at most 100 inputs; the API states no per-request token cap
+    "gemini": (100, None),
+    "vertex_ai": (100, None),
     "local": (64, None),
 }
 

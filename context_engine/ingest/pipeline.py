@@ -29,13 +29,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, NameTaken, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
-from context_engine.ingest import batching
+from context_engine.ingest import batch_embedding, batching
 from context_engine.ingest.chunker import Chunk, chunk_units, normalise
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pool_share import IngestShare, share_for
 from context_engine.models import FAILURE_MESSAGES, DocumentReport
 from context_engine.redaction.apply import IngestScrubber
 from context_engine.storage import repository as repo
+from context_engine.storage import stored_text
 from context_engine.storage.predicates import ReadScope
 
 if TYPE_CHECKING:
@@ -285,12 +286,14 @@ class Ingestor:
         attributes: dict[str, Any],
         mime: str | None,
         caller: tuple[str, ...] | None,
+        batch: bool = False,
     ) -> DocumentReport:
-        """Ingest one document; ``name=None`` names it after its content (:func:`unnamed_name`)."""
+        """Ingest one document; ``name=None`` names it after its content (:func:`unnamed_name`).
+        ``batch``: embed through the provider's batch API (:mod:`context_engine.ingest.batch_embedding`)."""
         services = self.services
         share = share_for(await services.db(), services.config.storage)
         async with share.run():
-            return await self._ingest(share, source, name, source_id, acl, attributes, mime, caller)
+            return await self._ingest(share, source, name, source_id, acl, attributes, mime, caller, batch)
 
     async def _ingest(
         self,
@@ -302,6 +305,7 @@ class Ingestor:
         attributes: dict[str, Any],
         mime: str | None,
         caller: tuple[str, ...] | None,
+        batch: bool = False,
     ) -> DocumentReport:
         services = self.services
         embedder = services.embedder
@@ -368,7 +372,9 @@ class Ingestor:
             return _skipped_unchanged(report, existing)
         if existing is not None and existing["leased"]:
             return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
-        return await self._write_and_embed(share, report, prepared, stream, source_id, name, acl, attributes)
+        if batch:  # a chunk set one job cannot hold is refused before anything is stored
+            batch_embedding.batch_client(services, prepared.chunk_count)
+        return await self._write_and_embed(share, report, prepared, stream, source_id, name, acl, attributes, batch)
 
     async def _write_and_embed(
         self,
@@ -380,6 +386,7 @@ class Ingestor:
         name: str,
         acl: list[str],
         attributes: dict[str, Any],
+        batch: bool = False,
     ) -> DocumentReport:
         services = self.services
         key = services.embedder.key
@@ -413,7 +420,9 @@ class Ingestor:
                     text_search_config=services.text_search_config,
                     lease_holder=holder,
                     lease_seconds=self._lease_seconds(),
+                    max_text_chars=services.config.ingest.max_document_text_chars,
                 )
+                truncated = await stored_text.was_truncated(conn, doc_id)
                 # unchanged chunks got their stored vectors copied by the INSERT; the rest are pending
                 reused = await repo.count_embedded(conn, doc_id, version)
                 meta["embedding_progress"]["total"] = prepared.chunk_count - reused
@@ -423,14 +432,42 @@ class Ingestor:
                 share, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), None
             )
         report = report.model_copy(
-            update={"document_id": doc_id, "version": version, "revision": revision, "chunks": prepared.chunk_count}
+            update={
+                "document_id": doc_id,
+                "version": version,
+                "revision": revision,
+                "chunks": prepared.chunk_count,
+                "text_truncated": truncated,
+            }
         )
+        if batch:
+            return await self._submit_batch(share, report, holder)
         if prepared.chunks is None:  # a large document: its texts are read back a page at a time
             return await self._embed_pending(share, report, holder, reused=reused)
         # from here on only the texts are needed: the chunk objects and their metadata are freed
         texts = [c.text for c in prepared.chunks]
         prepared.chunks.clear()
         return await self._embed_pending(share, report, holder, reused=reused, texts=texts)
+
+    async def _submit_batch(self, share: IngestShare, report: DocumentReport, holder: str) -> DocumentReport:
+        """``batch=True``: the stored chunk set goes to the provider as one job (the lease is kept
+        while it uploads); a submission that fails leaves the document resumable in ``embedding``."""
+        doc_id = report.document_id
+        assert doc_id is not None
+        keeper = asyncio.create_task(self._keep_lease(share, doc_id, holder))
+        progress = {"done": 0, "total": report.chunks, "tokens": 0}
+        try:
+            return await batch_embedding.submit(self.services, share, report, holder)
+        except ContextEngineError as exc:
+            reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
+            return await self._fail_embedding(share, report, holder, reason, str(exc), progress)
+        except Exception as exc:
+            log.exception("batch submission failed for document %s", doc_id)
+            return await self._fail_embedding(share, report, holder, "unknown", str(exc), progress)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
 
     def _lease_seconds(self) -> float:
         return float(self.services.config.ingest.resume_stale_seconds)
@@ -698,7 +735,8 @@ def _page_items(
 
 
 def _unchanged(existing: dict[str, Any], content_hash: str) -> bool:
-    return existing["content_hash"] == content_hash and existing["status"] == "completed"
+    # a document whose batch is still pending is on its way: offering it again does not pay twice
+    return existing["content_hash"] == content_hash and existing["status"] in ("completed", "batch_pending")
 
 
 def _skipped_unchanged(report: DocumentReport, existing: dict[str, Any]) -> DocumentReport:

@@ -270,6 +270,7 @@ async def write_document(
     text_search_config: str,
     lease_holder: str,
     lease_seconds: float,
+    max_text_chars: int | None = None,
 ) -> tuple[str, int, int]:
     """Write a new version (closing the previous one) in the caller's transaction, in status
     ``embedding`` and leased to ``lease_holder`` (the run that will embed it).
@@ -360,14 +361,19 @@ async def write_document(
                 for c in piece
             ],
         )
-    # the document's text, assembled here from its chunk rows rather than sent as one parameter
+    # the document's text, assembled here from its chunk rows rather than sent as one parameter, and
+    # cut at ``max_text_chars`` (the chunks keep every word); a cut is recorded as meta.text_truncated
     await conn.execute(
         text(
-            "UPDATE ce_documents SET text = coalesce((SELECT string_agg(c.text, E'\\n\\n' ORDER BY c.position) "
-            "FROM ce_chunks c WHERE c.document_id = CAST(:id AS uuid) AND c.version = :v), '') "
-            "WHERE id = CAST(:id AS uuid)"
+            "UPDATE ce_documents d SET text = CASE WHEN CAST(:cap AS integer) IS NULL THEN t.body "
+            "ELSE left(t.body, CAST(:cap AS integer)) END, "
+            "meta = CASE WHEN length(t.body) > CAST(:cap AS integer) "
+            "THEN d.meta || jsonb_build_object('text_truncated', true) ELSE d.meta END "
+            "FROM (SELECT coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') AS body "
+            "FROM ce_chunks c WHERE c.document_id = CAST(:id AS uuid) AND c.version = :v) t "
+            "WHERE d.id = CAST(:id AS uuid)"
         ),
-        {"id": doc_id, "v": version},
+        {"id": doc_id, "v": version, "cap": max_text_chars},
     )
     await bm25_stats.replace_version(conn, doc_id, version)
     # close the previous version's chunks only now: the copies above read from them
