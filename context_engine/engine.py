@@ -353,7 +353,8 @@ class ContextEngine:
         min_revision: int | None = None,
     ) -> Document:
         """The document now, as of revision ``as_of``, or one ``version`` of it; a past version is
-        answered under the ACL it had then. Read replicas: as for ``search``."""
+        answered under the ACL it had then. Read replicas: as for ``search``; a ``version`` is a
+        write's own token, so it is read on the writer, where a version just written is found."""
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
         doc_id = _check_uuid(document_id)
@@ -367,7 +368,8 @@ class ContextEngine:
             scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of))
             return await repo.get_document(db, doc_id, scope, with_text=include_text, version=version)
 
-        row, _ = await self.services.reading(read, consistency=consistency, as_of=as_of, min_revision=min_revision)
+        where = "primary" if version is not None and consistency == "replica" else consistency
+        row, _ = await self.services.reading(read, consistency=where, as_of=as_of, min_revision=min_revision)
         if row is None:
             what = f"version {version} of document" if version is not None else "document"
             raise NotFound(f"{what} {document_id} not found")

@@ -204,6 +204,8 @@ async def test_reading_your_own_write_past_a_lagging_replica(cluster: Cluster, s
             pinned = await engine.search("quartzite archive vault", top_k=5, consistency="primary", principals=TRUSTED)
             assert pinned.usage["read_from"] == "primary" and pinned.hits[0].document_id == fresh
             assert (await engine.get_document(fresh, consistency="primary", principals=TRUSTED)).name == "vault.md"
+            # a version number is a write's token: asked by version, the writer answers
+            assert (await engine.get_document(fresh, version=1, principals=TRUSTED)).name == "vault.md"
 
             # the revision the ingest returned: the replica has not applied it, so the writer answers
             waited = await engine.search("quartzite archive vault", top_k=5, min_revision=revision, principals=TRUSTED)
