@@ -24,6 +24,7 @@ from context_engine.revisions.as_of import check_type
 from context_engine.storage.database import Database
 from context_engine.storage.migrate import migrate
 from context_engine.storage.replicas import ReadReplicas, pin, pinned, retry_on_writer
+from context_engine.storage.repository import current_revision
 
 log = logging.getLogger("context_engine.migrate")
 
@@ -176,7 +177,6 @@ def _check_min_revision(value: object) -> int | None:
 
 async def _require_revision(db: AsyncEngine, revision: int) -> None:
     """``min_revision`` names a revision the writer has recorded (else no server could ever serve it)."""
-    async with db.connect() as conn:
-        current = int(await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1")) or 0)
+    current = await current_revision(db)
     if revision > current:
         raise InvalidRequest(f"min_revision {revision} is beyond the current revision {current}")

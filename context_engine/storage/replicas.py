@@ -22,7 +22,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from pydantic import SecretStr
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -30,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from context_engine.config import ContextEngineConfig
 from context_engine.errors import ConfigError, StorageUnavailable
 from context_engine.storage.database import Database
+from context_engine.storage.repository import current_revision
 
 log = logging.getLogger("context_engine.replicas")
 
@@ -97,9 +97,7 @@ class Replica:
 
     async def revision(self) -> int:
         """The store revision this replica has replayed."""
-        db = await self.engine()
-        async with db.connect() as conn:
-            return int(await conn.scalar(text("SELECT revision FROM ce_store_revision WHERE id = 1")) or 0)
+        return await current_revision(await self.engine())
 
 
 class ReadReplicas:
@@ -149,7 +147,7 @@ class ReadReplicas:
         """Leave ``replica`` out of the rotation for a while; say so once, without its URL."""
         replica.set_aside_until = time.monotonic() + self._retry_seconds
         log.warning(
-            "%s could not answer a read (%s); the writer takes reads for the next %.0f s",
+            "%s could not answer a read (%s); it is left out of the rotation for %.0f s (the writer answers)",
             replica.name,
             _reason(exc),
             self._retry_seconds,
@@ -167,9 +165,7 @@ class ReadReplicas:
                 try:
                     if await replica.revision() >= revision:
                         return replica
-                except Exception as exc:
-                    if not retry_on_writer(exc):
-                        raise
+                except (StorageUnavailable, DBAPIError) as exc:  # whatever the cause, the writer can answer
                     self.set_aside(replica, exc)
             if not candidates or time.monotonic() + POLL_SECONDS > deadline:
                 return None
@@ -184,9 +180,7 @@ class ReadReplicas:
     async def _status(self, replica: Replica, writer_revision: int | None) -> dict[str, object]:
         try:
             applied = await replica.revision()
-        except Exception as exc:
-            if not retry_on_writer(exc):
-                raise
+        except (StorageUnavailable, DBAPIError) as exc:
             if replica.set_aside_until <= time.monotonic():
                 self.set_aside(replica, exc)
             return {"name": replica.name, "up": False}
