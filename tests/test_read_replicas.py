@@ -41,8 +41,13 @@ FAILOVER = "To fail over, promote the standby and repoint the connection string 
 @dataclass
 class Cluster:
     writer: str  # URL of the test database on the writer
-    replica: str  # URL of the same database on the hot standby
-    replica_base: Path
+    standbys: list[str]  # URLs of the same database on each hot standby
+    standby_bases: list[Path]
+
+    @property
+    def replica(self) -> str:
+        """The first standby: the one most tests read from."""
+        return self.standbys[0]
 
 
 def _with_database(url: str, name: str) -> str:
@@ -85,18 +90,23 @@ def _clone(writer_url: str, pgdata: Path) -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    writer_base, replica_base = server_dir(), server_dir()
+    """A writer and two hot standbys of it, each its own embedded server."""
+    writer_base, standby_bases = server_dir(), [server_dir(), server_dir()]
     try:
         _, writer_root = embedded.acquire(writer_base)
         with psycopg.connect(writer_root, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{DATABASE}"')
-        _clone(writer_root, replica_base / "pgdata")
-        _, replica_root = embedded.acquire(replica_base)
-        with psycopg.connect(replica_root) as conn:
-            assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
-        yield Cluster(_with_database(writer_root, DATABASE), _with_database(replica_root, DATABASE), replica_base)
+        standbys = []
+        for base in standby_bases:
+            _clone(writer_root, base / "pgdata")
+            _, root = embedded.acquire(base)
+            with psycopg.connect(root) as conn:
+                assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+            standbys.append(_with_database(root, DATABASE))
+        yield Cluster(_with_database(writer_root, DATABASE), standbys, standby_bases)
     finally:
-        embedded.remove(replica_base)  # the standby first, so it never waits on a writer that is gone
+        for base in standby_bases:  # the standbys first, so none waits on a writer that is gone
+            embedded.remove(base)
         embedded.remove(writer_base)
 
 
@@ -113,13 +123,18 @@ async def _scalar(url: str, sql: str, *params: object) -> object:
         return row[0] if row else None
 
 
-async def _wait_for_replay(cluster: Cluster) -> None:
-    """Until the standby has replayed everything the writer has written so far."""
-    lsn = await _scalar(cluster.writer, "SELECT pg_current_wal_lsn()::text")
+async def _wait_for_standby(standby: str, writer: str) -> None:
+    """Until ``standby`` has replayed everything the writer has written so far."""
+    lsn = await _scalar(writer, "SELECT pg_current_wal_lsn()::text")
     deadline = time.monotonic() + 60.0
-    while not await _scalar(cluster.replica, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn):
+    while not await _scalar(standby, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn):
         assert time.monotonic() < deadline, "the standby did not replay the writer's WAL in time"
         await asyncio.sleep(0.05)
+
+
+async def _wait_for_replay(cluster: Cluster) -> None:
+    for standby in cluster.standbys:
+        await _wait_for_standby(standby, cluster.writer)
 
 
 async def _settled(url: str) -> None:
@@ -249,7 +264,7 @@ async def test_a_stopped_replica_hands_its_reads_to_the_writer(
         assert (await engine.search("parental leave", principals=TRUSTED)).usage["read_from"] == "replica 1"
         assert await _ready(engine) == (200, {"status": "ready", "replicas": {"configured": 1, "up": 1}})
 
-        embedded.stop_server(cluster.replica_base / "pgdata")
+        embedded.stop_server(cluster.standby_bases[0] / "pgdata")
         try:
             with caplog.at_level(logging.WARNING, logger="context_engine.replicas"):
                 result = await engine.search("parental leave", top_k=1, principals=TRUSTED)
@@ -266,12 +281,39 @@ async def test_a_stopped_replica_hands_its_reads_to_the_writer(
             assert await engine.read_replicas() == [{"name": "replica 1", "up": False}]
             assert await _ready(engine) == (200, {"status": "ready", "replicas": {"configured": 1, "up": 0}})
         finally:
-            embedded.acquire(cluster.replica_base)  # start it again (the module's cleanup removes it)
+            embedded.acquire(cluster.standby_bases[0])  # start it again (the module's cleanup removes it)
 
         await _wait_for_replay(cluster)
         [status] = await engine.read_replicas()  # asking brings a reachable replica back into the rotation
         assert status["up"] is True and status["revisions_behind"] == 0
         assert (await engine.search("parental leave", principals=TRUSTED)).usage["read_from"] == "replica 1"
+
+
+async def test_reads_rotate_and_a_revision_picks_the_replica_that_has_it(
+    cluster: Cluster, stored: dict[str, str]
+) -> None:
+    config = make_config(
+        cluster.writer,
+        database={"read_urls": cluster.standbys, "replica_wait_seconds": 0.3},
+        storage={"auto_migrate": False},
+    )
+    async with ContextEngine(config) as engine:
+        servers = [(await engine.search("parental leave", principals=TRUSTED)).usage["read_from"] for _ in range(4)]
+        assert sorted(servers) == ["replica 1", "replica 1", "replica 2", "replica 2"]  # round robin
+
+        await _scalar(cluster.standbys[0], "SELECT pg_wal_replay_pause()")
+        try:
+            report = await engine.ingest(text="The orchid survey starts in the spring.", name="orchids.md")
+            revision = report.documents[0].revision
+            assert revision is not None
+            await _wait_for_standby(cluster.standbys[1], cluster.writer)
+            for _ in range(3):  # whichever turn it is, the standby that has the revision answers
+                result = await engine.search("orchid survey", top_k=3, min_revision=revision, principals=TRUSTED)
+                assert result.usage["read_from"] == "replica 2"
+                assert result.hits[0].document_id == report.documents[0].document_id
+        finally:
+            await _scalar(cluster.standbys[0], "SELECT pg_wal_replay_resume()")
+        await _wait_for_replay(cluster)
 
 
 async def test_without_read_urls_every_read_is_the_writers(cluster: Cluster, stored: dict[str, str]) -> None:
