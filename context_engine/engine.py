@@ -327,9 +327,14 @@ class ContextEngine:
         async def read() -> SearchResult:
             revision = await revisions_as_of.resolve(await self.services.read_db(), as_of)
             scope = ReadScope(caller, sources, documents, as_of=revision)
-            compress = compress_to_tokens
             return await run_search(
-                self._retriever, red, query, scope, top_k=top_k, group_by=group_by, compress_to_tokens=compress
+                self._retriever,
+                red,
+                query,
+                scope,
+                top_k=top_k,
+                group_by=group_by,
+                compress_to_tokens=compress_to_tokens,
             )
 
         result, server = await self.services.reading(
