@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -314,6 +315,26 @@ async def test_reads_rotate_and_a_revision_picks_the_replica_that_has_it(
         finally:
             await _scalar(cluster.standbys[0], "SELECT pg_wal_replay_resume()")
         await _wait_for_replay(cluster)
+
+
+async def test_a_replica_without_the_schema_hands_its_reads_to_the_writer(
+    cluster: Cluster, stored: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A standby whose database has no tables yet (here: its ``postgres`` database) is set aside too."""
+    bare = _with_database(cluster.replica, "postgres")
+    config = make_config(cluster.writer, database={"read_urls": [bare]}, storage={"auto_migrate": False})
+    async with ContextEngine(config) as engine:
+        with caplog.at_level(logging.WARNING, logger="context_engine.replicas"):
+            result = await engine.search("parental leave", top_k=1, principals=TRUSTED)
+        assert result.usage["read_from"] == "primary" and result.hits[0].document_id == stored["leave"]
+        warnings = [r.getMessage() for r in caplog.records if r.name == "context_engine.replicas"]
+        # whichever leg fails first: a missing table (42P01) or a missing extension function (42883)
+        assert len(warnings) == 1, warnings
+        assert re.fullmatch(
+            r"replica 1 could not answer a read \(SQLSTATE (42P01|42883)\); "
+            r"it is left out of the rotation for 30 s \(the writer answers\)",
+            warnings[0],
+        ), warnings
 
 
 async def test_without_read_urls_every_read_is_the_writers(cluster: Cluster, stored: dict[str, str]) -> None:

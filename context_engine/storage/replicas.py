@@ -36,8 +36,9 @@ log = logging.getLogger("context_engine.replicas")
 #: how often a read that waits for a replica to replay a revision asks again
 POLL_SECONDS = 0.05
 #: SQLSTATEs after which a replica read is retried on the writer: a query cancelled by a conflict
-#: with recovery (40001), and a schema the replica has not replayed yet (42P01 table, 42703 column)
-RETRY_ON_WRITER = frozenset({"40001", "42P01", "42703"})
+#: with recovery (40001), and a schema the replica has not replayed yet (42P01 table, 42703 column,
+#: 42883 an extension's function)
+RETRY_ON_WRITER = frozenset({"40001", "42P01", "42703", "42883"})
 
 #: the pool the current read runs on, and the name of its server ("primary" or "replica N")
 _pinned: ContextVar[tuple[AsyncEngine, str] | None] = ContextVar("context_engine_read_pool", default=None)
