@@ -7,13 +7,14 @@ assignment, so a misspelt setting raises and names itself instead of being silen
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from context_engine.redaction import RedactionPolicy
 
@@ -130,6 +131,45 @@ class StorageConfig(BaseModel):
     #: (benchmarks/README.md, "ACL recall": recall 0.99 on a random 10% slice of 100k rows at a
     #: fifth of the exact scan's time); ``None`` turns this off
     ann_spread_min_share: float | None = Field(default=0.05, gt=0, le=1)
+
+
+class DatabaseConfig(BaseModel):
+    """Read replicas: lag-tolerant reads go to ``read_urls``; ``database_url`` stays the one writer.
+
+    Searches, ``knowledge_query`` and document reads (get, list) run on a replica; writes,
+    migrations, leases, idempotency, tool calls and every other read stay on the writer (docs/scaling.md).
+    """
+
+    model_config = _STRICT
+
+    #: hot standbys of the writer (streaming replication); reads rotate over them. In the environment:
+    #: a JSON list or URLs separated by spaces (``CE_DATABASE__READ_URLS``)
+    read_urls: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    #: a read that needs a revision (``as_of``, ``min_revision``) waits this long for a replica to
+    #: replay it, then is answered by the writer
+    replica_wait_seconds: float = Field(default=1.0, ge=0, le=60)
+    #: a replica that could not be reached is left out of the rotation this long (the writer reads)
+    replica_retry_seconds: float = Field(default=30.0, ge=0)
+    #: seconds a connection to a replica may take before the read goes to the writer (libpq's minimum is 2)
+    replica_connect_timeout: int = Field(default=3, ge=2, le=60)
+
+    @field_validator("read_urls", mode="before")
+    @classmethod
+    def _url_list(cls, value: object) -> object:
+        """A JSON list or space-separated URLs (a URL may hold commas: libpq's multi-host form).
+
+        Nothing here raises on a URL's content, since a validation error would echo it, password and
+        all: each URL is checked when the engine is built (``ConfigError`` naming its position only).
+        """
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("["):
+                try:
+                    return json.loads(stripped)
+                except ValueError:
+                    pass
+            return stripped.split()
+        return value
 
 
 class Bm25Config(BaseModel):
@@ -410,6 +450,8 @@ class ContextEngineConfig(BaseSettings):
     )
 
     database_url: SecretStr | None = None
+    #: read replicas of ``database_url`` (none: every read goes to the writer)
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)

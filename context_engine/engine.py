@@ -48,7 +48,7 @@ from context_engine.retrieval.search import search as run_search
 from context_engine.revisions import as_of as revisions_as_of
 from context_engine.revisions import idempotency, keyed, retention
 from context_engine.revisions.models import DocumentVersion, VacuumReport
-from context_engine.services import HttpClientFactory, Services
+from context_engine.services import Consistency, HttpClientFactory, Services
 from context_engine.storage import repository as repo
 from context_engine.storage import stored_text
 from context_engine.storage.predicates import ReadScope
@@ -160,6 +160,19 @@ class ContextEngine:
     async def revision(self) -> int:
         """The store's current monotonic revision."""
         return await repo.current_revision(await self._ready())
+
+    # ------------------------------------------------------------------ read replicas
+    async def read_replicas(self) -> list[dict[str, Any]]:
+        """Each configured read replica (``database.read_urls``): reachable or not, the revision it has
+        applied and how many it is behind the writer. Asking also returns a reachable replica that had
+        been set aside to the rotation. Empty when none is configured."""
+        if not len(self.services.replicas):
+            return []
+        try:
+            current: int | None = await self.revision()
+        except ContextEngineError:
+            current = None  # the writer is down: still say what each replica has
+        return await self.services.replicas.status(current)
 
     # ------------------------------------------------------------------ ingest
     async def ingest(
@@ -305,10 +318,15 @@ class ContextEngine:
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
         as_of: int | None = None,
+        consistency: Consistency = "replica",
+        min_revision: int | None = None,
     ) -> SearchResult:
         """Hybrid search: every registered leg (full-text, trigram, vector, ...) fused by ``fusion.method``.
 
         ``as_of`` searches the store as it was at that revision (``None``: the current one).
+        With read replicas configured the search runs on one (``usage["read_from"]`` names the server):
+        ``consistency="primary"`` reads the writer instead, and ``min_revision`` (or ``as_of``) picks a
+        server that has applied that revision, so a caller sees its own ingest (docs/scaling.md).
 
         ``group_by="document"`` counts distinct documents in ``top_k`` (up to
         ``search.max_top_documents``), each with its best passages (``SearchResult.documents``).
@@ -324,17 +342,32 @@ class ContextEngine:
         top_k = _check_top_k(top_k, cfg.max_top_documents if group_by == "document" else cfg.max_top_k)
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
-        revision = await revisions_as_of.resolve(await self._ready(), as_of)
-        scope = ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids), as_of=revision)
+        sources, documents = _check_ids("source_ids", source_ids), _check_uuids(document_ids)
         if compress_to_tokens is not None and (
             not isinstance(compress_to_tokens, int)
             or isinstance(compress_to_tokens, bool)
             or not 1 <= compress_to_tokens <= MAX_COMPRESS_TOKENS
         ):
             raise InvalidRequest(f"compress_to_tokens must be an integer between 1 and {MAX_COMPRESS_TOKENS}")
-        return await run_search(
-            self._retriever, red, query, scope, top_k=top_k, group_by=group_by, compress_to_tokens=compress_to_tokens
+
+        async def read() -> SearchResult:
+            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of)
+            scope = ReadScope(caller, sources, documents, as_of=revision)
+            return await run_search(
+                self._retriever,
+                red,
+                query,
+                scope,
+                top_k=top_k,
+                group_by=group_by,
+                compress_to_tokens=compress_to_tokens,
+            )
+
+        result, server = await self.services.reading(
+            read, consistency=consistency, as_of=as_of, min_revision=min_revision
         )
+        result.usage["read_from"] = server
+        return result
 
     # ------------------------------------------------------------------ documents
     async def get_document(
@@ -347,19 +380,27 @@ class ContextEngine:
         redaction_secret_key: str | bytes | None = None,
         as_of: int | None = None,
         version: int | None = None,
+        consistency: Consistency = "replica",
+        min_revision: int | None = None,
     ) -> Document:
         """The document now, as of revision ``as_of``, or one ``version`` of it; a past version is
-        answered under the ACL it had then."""
+        answered under the ACL it had then. Read replicas: as for ``search``; a ``version`` is a
+        write's own token, so it is read on the writer, where a version just written is found."""
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
         doc_id = _check_uuid(document_id)
-        db = await self._ready()
         if version is not None and as_of is not None:
             raise InvalidRequest("pass as_of or version, not both")
         if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
             raise InvalidRequest("version must be a positive integer")
-        scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of))
-        row = await repo.get_document(db, doc_id, scope, with_text=include_text, version=version)
+
+        async def read() -> dict[str, Any] | None:
+            db = await self.services.read_db()
+            scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of))
+            return await repo.get_document(db, doc_id, scope, with_text=include_text, version=version)
+
+        where = "primary" if version is not None and consistency == "replica" else consistency
+        row, _ = await self.services.reading(read, consistency=where, as_of=as_of, min_revision=min_revision)
         if row is None:
             what = f"version {version} of document" if version is not None else "document"
             raise NotFound(f"{what} {document_id} not found")
@@ -396,16 +437,24 @@ class ContextEngine:
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
         as_of: int | None = None,
+        consistency: Consistency = "replica",
+        min_revision: int | None = None,
     ) -> DocumentPage:
-        """A page of the documents the caller may see, now or as of revision ``as_of``."""
+        """A page of the documents the caller may see, now or as of revision ``as_of``. Read
+        replicas: as for ``search``."""
         caller = resolve(principals)  # type: ignore[arg-type]
         red = self._redactor(caller, redaction, redaction_secret_key)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 500:
             raise InvalidRequest("limit must be an integer between 1 and 500")
         after = _decode_cursor(cursor) if cursor else None
-        db = await self._ready()
-        scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=await revisions_as_of.resolve(db, as_of))
-        rows = await repo.list_documents(db, scope, limit=limit + 1, after=after)
+        sources = _check_ids("source_ids", source_ids)
+
+        async def read() -> list[dict[str, Any]]:
+            db = await self.services.read_db()
+            scope = ReadScope(caller, sources, as_of=await revisions_as_of.resolve(db, as_of))
+            return await repo.list_documents(db, scope, limit=limit + 1, after=after)
+
+        rows, _ = await self.services.reading(read, consistency=consistency, as_of=as_of, min_revision=min_revision)
         more = len(rows) > limit
         rows = rows[:limit]
         docs = [_document(r, trusted=caller is None, red=red) for r in rows]
@@ -452,6 +501,7 @@ class ContextEngine:
             include_text=False,
             redaction=redaction,
             redaction_secret_key=redaction_secret_key,
+            consistency="primary",  # its own write: a replica may not have it yet
         )
 
     async def delete_document(
@@ -508,6 +558,8 @@ class ContextEngine:
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
         as_of: int | None = None,
+        consistency: Consistency = "replica",
+        min_revision: int | None = None,
     ) -> KnowledgeResult:
         """The passages that best answer ``query``, with a trace of how they were found.
 
@@ -515,7 +567,8 @@ class ContextEngine:
         rerank: see :mod:`context_engine.knowledge.pipeline`. ``expand=False, rerank=False`` calls no
         model. ``agent_id`` narrows to the agent's links (an unknown agent is ``NotFound``). Output
         redaction applies as for ``search``, to the judge's view of the passages as well. ``as_of``
-        reads the store as of that revision.
+        reads the store as of that revision. Read replicas: as for ``search`` (a replica that fails
+        mid-way hands the whole query, model calls included, to the writer).
         """
         from context_engine.knowledge.pipeline import knowledge_query
 
@@ -524,19 +577,25 @@ class ContextEngine:
         if not isinstance(expand, bool) or not isinstance(rerank, bool):
             raise InvalidRequest("expand and rerank must be booleans")
         caller = resolve(principals)  # type: ignore[arg-type]
-        revision = await revisions_as_of.resolve(await self._ready(), as_of)
-        return await knowledge_query(
-            self._retriever,
-            self._redactor(caller, redaction, redaction_secret_key),
-            query,
-            caller=caller,
-            top_k=top_k,
-            agent_id=agent_id,
-            expand=expand,
-            rerank=rerank,
-            source_ids=_check_ids("source_ids", source_ids),
-            as_of=revision,
-        )
+        sources = _check_ids("source_ids", source_ids)
+
+        async def read() -> KnowledgeResult:
+            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of)
+            return await knowledge_query(
+                self._retriever,
+                self._redactor(caller, redaction, redaction_secret_key),
+                query,
+                caller=caller,
+                top_k=top_k,
+                agent_id=agent_id,
+                expand=expand,
+                rerank=rerank,
+                source_ids=sources,
+                as_of=revision,
+            )
+
+        result, _ = await self.services.reading(read, consistency=consistency, as_of=as_of, min_revision=min_revision)
+        return result
 
     async def link_agent_sources(
         self, agent_id: str, *, document_ids: Sequence[str] | None = None, source_ids: Sequence[str] | None = None

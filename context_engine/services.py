@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import httpx
 from sqlalchemy import text
@@ -19,10 +19,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.config import ContextEngineConfig
 from context_engine.embeddings.base import Embedder
-from context_engine.errors import ContextEngineError, DimensionMismatch, StorageUnavailable, known_failure
+from context_engine.errors import (
+    ContextEngineError,
+    DimensionMismatch,
+    InvalidRequest,
+    StorageUnavailable,
+    known_failure,
+)
 from context_engine.hooks import Hooks
+from context_engine.revisions.as_of import check_type
 from context_engine.storage.database import Database
 from context_engine.storage.migrate import migrate
+from context_engine.storage.replicas import ReadReplicas, pin, pinned, retry_on_writer
+from context_engine.storage.repository import current_revision
 
 if TYPE_CHECKING:
     from context_engine.ingest.extractors.vision import PageTranscriber
@@ -31,6 +40,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("context_engine.migrate")
 
 HttpClientFactory = Callable[[str], "httpx.AsyncClient | None"]
+#: where a read may run: ``replica`` (a read replica when one is configured and up; may lag the
+#: writer) or ``primary`` (the writer: reads its own writes)
+Consistency = Literal["replica", "primary"]
+T = TypeVar("T")
 
 
 class Services:
@@ -54,6 +67,9 @@ class Services:
         self._vision_llm: LLMClient | None = None
         #: the text-search configuration the schema was migrated with (read from it on first use)
         self.text_search_config: str = config.search.text_search_config
+        #: built now so a malformed read URL is refused at construction (``ConfigError``)
+        self._replicas: ReadReplicas | None = ReadReplicas(config)
+        self._retired_replicas: list[ReadReplicas] = []
 
     @property
     def embedder(self) -> Embedder:
@@ -118,6 +134,60 @@ class Services:
             )
         return rows.get("text_search_config", "english")
 
+    # ------------------------------------------------------------------ read replicas
+    @property
+    def replicas(self) -> ReadReplicas:
+        """The read replicas of the current configuration (rebuilt when ``database.read_urls`` changes)."""
+        urls = tuple(url.get_secret_value() for url in self.config.database.read_urls)
+        if self._replicas is None or self._replicas.urls != urls:
+            if self._replicas is not None:
+                self._retired_replicas.append(self._replicas)  # closed with the engine
+            self._replicas = ReadReplicas(self.config)
+        return self._replicas
+
+    async def read_db(self) -> AsyncEngine:
+        """The pool a lag-tolerant read runs on: the one ``reading`` chose for it, else the writer's."""
+        chosen = pinned()
+        return chosen[0] if chosen is not None else await self.db()
+
+    async def reading(
+        self,
+        work: Callable[[], Awaitable[T]],
+        *,
+        consistency: Consistency = "replica",
+        as_of: object = None,
+        min_revision: object = None,
+    ) -> tuple[T, str]:
+        """Run the read ``work`` on one server and say which (``"primary"`` or ``"replica N"``).
+
+        A replica must have applied ``min_revision`` and ``as_of`` (a state it has not reached cannot be
+        read there): one that has not gets ``database.replica_wait_seconds`` to catch up, then the writer
+        reads. A replica that fails is set aside and the read runs again on the writer.
+        """
+        if consistency not in ("replica", "primary"):
+            raise InvalidRequest('consistency must be "replica" (a read replica may lag) or "primary" (the writer)')
+        wanted = [r for r in (check_type(as_of), _check_min_revision(min_revision)) if r is not None]
+        revision = max(wanted) if wanted else None
+        writer = await self.db()  # the schema is checked (or migrated) on the writer first
+        outer = pinned()
+        if outer is not None and consistency == "replica":
+            return await work(), outer[1]  # a read inside a read keeps its server
+        replicas = self.replicas
+        if consistency == "replica" and len(replicas):
+            replica = await replicas.choose(revision, self.config.database.replica_wait_seconds)
+            if replica is not None:
+                try:
+                    with pin(await replica.engine(), replica.name):
+                        return await work(), replica.name
+                except Exception as exc:
+                    if not retry_on_writer(exc):
+                        raise
+                    replicas.failed(replica, exc)
+        if isinstance(min_revision, int):  # as_of is checked by the read itself
+            await _require_revision(writer, min_revision)
+        with pin(writer, "primary"):
+            return await work(), "primary"
+
     async def aclose(self) -> None:
         """Close the embedder the engine built (never a host's) and every pool."""
         if self._embedder is not None and self._owns_embedder:
@@ -127,3 +197,21 @@ class Services:
             client, self._vision_llm = self._vision_llm, None
             await client.aclose()
         await self.database.aclose()
+        for replicas in [*self._retired_replicas, *([self._replicas] if self._replicas else [])]:
+            await replicas.aclose()
+        self._replicas, self._retired_replicas = None, []
+
+
+def _check_min_revision(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequest("min_revision must be a non-negative integer revision")
+    return value
+
+
+async def _require_revision(db: AsyncEngine, revision: int) -> None:
+    """``min_revision`` names a revision the writer has recorded (else no server could ever serve it)."""
+    current = await current_revision(db)
+    if revision > current:
+        raise InvalidRequest(f"min_revision {revision} is beyond the current revision {current}")

@@ -197,7 +197,26 @@ async def ready(call: Call) -> CoreResponse:
     except Exception as exc:
         log.warning("readiness check failed: %s", type(exc).__name__)
         raise HttpError(503, "not_ready", "the service is not ready") from None
-    return CoreResponse(200, {"status": "ready"})
+    body: dict[str, Any] = {"status": "ready"}
+    replicas = await _replica_counts(call)
+    if replicas is not None:
+        body["replicas"] = replicas
+    return CoreResponse(200, body)
+
+
+async def _replica_counts(call: Call) -> dict[str, int] | None:
+    """How many read replicas are configured and how many answer (counts only: the route is public).
+
+    A replica that is down does not make the service unready: the writer takes its reads."""
+    configured = len(call.engine.config.database.read_urls)
+    if not configured:
+        return None
+    try:
+        replicas = await asyncio.wait_for(call.engine.read_replicas(), READY_TIMEOUT_SECONDS)
+    except Exception as exc:
+        log.warning("read replica check failed: %s", type(exc).__name__)
+        return {"configured": configured, "up": 0}
+    return {"configured": configured, "up": sum(1 for r in replicas if r["up"])}
 
 
 __all__ = [

@@ -222,10 +222,19 @@ class ToolList(BaseModel):
     next_cursor: str | None = None
 
 
+class ReplicaCounts(BaseModel):
+    """``GET /ready`` with read replicas configured: how many there are and how many answer."""
+
+    configured: int
+    up: int
+
+
 class Health(BaseModel):
-    """``GET /health`` and ``GET /ready``: the status and nothing else."""
+    """``GET /health`` and ``GET /ready``: the status and, on ``/ready``, the read replicas' counts."""
 
     status: Literal["ok", "ready"]
+    #: only when ``database.read_urls`` is set; a replica down leaves the service ready (the writer reads)
+    replicas: ReplicaCounts | None = None
 
 
 class DeletedBody(BaseModel):

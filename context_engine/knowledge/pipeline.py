@@ -112,7 +112,7 @@ async def knowledge_query(
     shown to the judge. ``as_of`` (checked by the engine) is the revision read, ``None`` the current one.
     """
     services = retriever.services
-    db = await services.db()
+    db = await services.read_db()  # a read replica when the read was given one
     if agent_id is not None:
         agent_id = await agents.require_agent(db, agent_id)
     scope = ReadScope(caller, list(source_ids) if source_ids is not None else None, None, agent_id, as_of)

@@ -123,7 +123,7 @@ class Retriever:
 
     async def retrieve(self, queries: list[str], scope: ReadScope, limit: int) -> Retrieval:
         """Every active leg for every query, concurrently; ``limit`` candidates per (leg, query)."""
-        db = await self.services.db()
+        db = await self.services.read_db()  # a read replica when the read was given one
         search = Search(self.services, db, list(queries), scope, limit)
         active = [self.active(q) for q in queries]
         runs: list[tuple[str, int, Awaitable[list[tuple[int, float]]]]] = []

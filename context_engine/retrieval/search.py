@@ -41,7 +41,7 @@ async def search(
     started = time.perf_counter()
     config = retriever.services.config
     method = config.fusion.method
-    db = await retriever.services.db()
+    db = await retriever.services.read_db()  # the server the legs read, so the winners are found
     if group_by == "document":
         depth = max(config.search.candidates, 2 * top_k)
         while True:
