@@ -129,6 +129,12 @@ class StorageConfig(BaseModel):
     #: (benchmarks/README.md, "ACL recall": recall 0.99 on a random 10% slice of 100k rows at a
     #: fifth of the exact scan's time); ``None`` turns this off
     ann_spread_min_share: float | None = Field(default=0.05, gt=0, le=1)
+    #: what the vector planner gives up where no plan is both exact and fast (a slice too large to
+    #: scan cheaply whose rows are not near the query): ``recall`` (default) answers with the exact
+    #: scan, whose cost grows with the slice; ``latency`` answers above ``ann_exact_threshold`` with
+    #: pgvector's iterative index scan, tens of ms but recall@10 about 0.5 on a clustered quarter of
+    #: the index (benchmarks/README.md, "ACL recall")
+    ann_priority: Literal["recall", "latency"] = "recall"
 
 
 class Bm25Config(BaseModel):
