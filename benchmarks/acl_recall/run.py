@@ -1,26 +1,29 @@
-"""ACL recall of the vector leg: post-filter, iterative scan and the planner against an exact oracle.
+"""ACL recall of the vector leg: exact scan, iterative index scans, the probe and the planner against an exact oracle.
 
-Run from the repository root: ``python benchmarks/acl_recall/run.py`` (6 minutes on the 2-core
-machine; ``--rows 20000 --queries 50`` for a quick look). It starts its own embedded PostgreSQL in
-a temporary directory, loads a synthetic corpus (``corpus.py``) straight into ``ce_chunks`` with
-binary COPY, builds the same HNSW index the migrations declare (0006: m 24, ef_construction
-200), and for every setting runs the same queries through the engine's own vector leg
-(``context_engine.retrieval.legs.vector_leg``) with each plan:
+Run from the repository root: ``python benchmarks/acl_recall/run.py`` (about 25 minutes on the
+2-core machine under load; ``--rows 20000 --queries 20`` for a three-minute look). It starts its own
+embedded PostgreSQL in a temporary directory, loads a synthetic corpus (``corpus.py``) straight into
+``ce_chunks`` with binary COPY, builds the same HNSW index the migrations declare (0006: m 24,
+ef_construction 200), and for each of 21 cells (slices of 0.1, 1, 5, 10, 25, 50 and 100% of the
+rows, each random, clustered and scattered) runs the same queries through the engine's own vector
+leg (``context_engine.retrieval.legs.vector_leg``) with each plan:
 
-* ``post-filter``: the index forced, ``ef_search`` 40, no iterative scan (what a bare scoped
-  ``ORDER BY embedding <=> q LIMIT k`` gets when Postgres picks the index);
-* ``iterative relaxed`` / ``iterative strict``: the same with pgvector 0.8's iterative scan at its
-  defaults;
 * ``exact``: the eligible rows scanned and sorted (no index can serve the ordering);
+* ``iterative relaxed``: the index forced with pgvector 0.8's iterative scan at its defaults
+  (ef_search 40, 20,000 tuples);
+* ``iterative tuned``: the iterative scan as the planner sizes it (ef_search 200, ``max_scan_tuples``
+  raised with the slice's thinness), no exact fallback: the index at its best;
+* ``probe``: the planner's probe whatever it would choose (nearest rows unfiltered, exact fallback);
 * ``planner``: what ``search`` does: the estimate from ``ce_vector_counts`` (and, below the
-  threshold, the spread of the caller's slice), then the plan it picks.
+  threshold, the centroid of the caller's slice), then the plan it picks;
+* on the 1% and 10% cells also ``post-filter`` (index, ef_search 40, no iterative scan) and
+  ``iterative strict``, for reference.
 
 Recall@k is scored against an exact oracle over the caller's eligible rows computed in Postgres;
 ``empty`` and ``short`` are the shares of answers with no rows and with fewer than k. Latency is the
 leg's wall time per query as the client sees it (the estimate is timed separately: the engine runs
-it concurrently with embedding the query). Then a sweep over slice sizes shows where the exact scan
-stops being the better plan (``storage.ann_exact_threshold``), and the estimate methods are compared
-for cost and accuracy. Raw figures go to ``results.csv`` beside this file.
+it concurrently with embedding the query). Then the estimate methods are compared for cost and
+accuracy. Raw figures go to ``results.csv`` beside this file.
 """
 
 from __future__ import annotations
