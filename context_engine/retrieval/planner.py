@@ -61,10 +61,10 @@ SPREAD_EF_SEARCH = 200
 #: below this many eligible rows an exact scan costs a few milliseconds: no slice is sent to the index
 SPREAD_MIN_ROWS = 1_000
 #: the probe reads this many times the nearest rows a randomly spread slice needs to hold ``limit``
-#: eligible ones (a slice of share s holds about s of them; 2x makes a short probe on such a slice rare)
-PROBE_FACTOR = 2
+#: eligible ones (a slice of share s holds about s of them; 1.5x makes a short probe on such a slice rare)
+PROBE_FACTOR = 1.5
 #: the fewest nearest rows a probe reads (pgvector's default ``ef_search`` is 40)
-PROBE_MIN_ROWS = 100
+PROBE_MIN_ROWS = 40
 #: the most nearest rows a probe reads; a slice too thin for that goes to the exact scan (or, under
 #: ``latency``, to the iterative scan when it is above the threshold)
 PROBE_MAX_ROWS = 2_000
