@@ -1,13 +1,18 @@
-"""The vector leg's plan: an exact scan of the rows the caller may see, or the HNSW index.
+"""The vector leg's plan: an exact scan of the rows the caller may see, a probe of the HNSW index
+proven exact or replaced by that scan, or (for a caller who filters nothing) the index alone.
 
 Why a planner at all: an approximate index under a ``WHERE`` clause is a post-filter. The index
 walks toward the query, discards the rows the caller may not see, and stops when its budget is
 spent, so a caller who sees a small slice of the corpus (worse: a topically clustered one, which
 is what real permissions are) gets short, empty or wrong answers and no error. pgvector 0.8's
-iterative scan narrows that gap but does not close it (benchmarks/README.md, "ACL recall"). Below
-``storage.ann_exact_threshold`` eligible rows an exact scan of just those rows is both correct and
-cheap, so the caller gets what an exact search over their slice gives; above it the slice is large
-enough that the index is both much faster and meets eligible rows often.
+iterative scan narrows that gap but does not close it (benchmarks/README.md, "ACL recall": recall
+0.2-0.7 on clustered slices of every size). Below ``storage.ann_exact_threshold`` eligible rows an
+exact scan of just those rows is both correct and cheap. For larger or spread slices the *probe*
+(:func:`plan_vector`) reads the index's nearest rows unfiltered and keeps the caller's: holding
+``limit`` of them proves they are the caller's true nearest, and when it does not, the exact scan
+answers. So, under the default ``storage.ann_priority``, a filtered caller's answer is exact up to
+the index's own unfiltered recall (an agent-scoped search above the threshold still takes the
+iterative scan: its links are not in the counts).
 
 Why the estimate comes from ``ce_vector_counts`` (migration 0004): counting the eligible rows at
 query time (even capped) costs about as much as the exact scan it decides on, and Postgres's own
@@ -19,7 +24,7 @@ is cheap because it narrows by the document index first.
 
 Why the plan is forced: Postgres's choice between the GIN bitmap on ``acl`` and the HNSW index is a
 cost estimate that flips with statistics; ``exact`` orders by an expression the index cannot serve,
-``ann`` disables the alternatives to the index scan for its own transaction only.
+``ann`` and ``probe`` disable the alternatives to the index scan for their own transaction only.
 """
 
 from __future__ import annotations
@@ -233,7 +238,6 @@ async def plan_vector(
         # the HNSW index holds current rows only: a past revision is answered by the exact scan
         return VectorPlan(EXACT, None, None, "as_of", threshold)
     unfiltered = False
-    on_miss = ANN if priority == LATENCY else EXACT
     async with db.connect() as conn:
         if scope.agent_id is not None:
             # an agent's links are not in the counts: count its slice (exact and cheap when small,
@@ -251,6 +255,9 @@ async def plan_vector(
             unfiltered = False
             if eligible > threshold:
                 eligible, method = min(eligible, await capped_count(conn, scope, threshold + 1)), "capped_count"
+
+        # only above the threshold is the exact scan the expensive answer that latency may refuse
+        on_miss = ANN if priority == LATENCY and eligible > threshold else EXACT
 
         def decided(plan: str, spread: float | None = None) -> VectorPlan:
             return VectorPlan(
