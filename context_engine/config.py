@@ -117,20 +117,27 @@ class StorageConfig(BaseModel):
     pool_pre_ping: bool = True
     #: migrate a configured ``database_url`` on first use (the embedded server always is)
     auto_migrate: bool = False
-    #: vector leg: up to this many eligible rows scan them exactly, above it use the HNSW index. Measured
-    #: on 100k 384-d rows (benchmarks/README.md, "ACL recall"): up to 20k rows an exact scan beats the
-    #: index on a clustered slice, which the index also gets wrong; from 25k the index is 2.6-28x faster
+    #: vector leg: up to this many eligible rows scan them exactly (or probe a spread slice, below),
+    #: above it probe the HNSW index first (exact fallback). Measured on 100k 384-d rows
+    #: (benchmarks/README.md, "ACL recall"): up to 20k rows an exact scan beats the index on a
+    #: clustered slice, which the index also gets wrong; from 25k the scan costs about 100 ms
     ann_exact_threshold: int = Field(default=20000, ge=0)
     #: a caller whose ACL and scope admit every indexed row (trusted, or an all-public corpus) uses
     #: the index from this many rows whatever the threshold, since nothing is post-filtered; ``None``
     #: keeps such callers on the threshold (exact answers on small corpora, at the scan's cost)
     ann_unfiltered_min_rows: int | None = Field(default=1000, ge=0)
-    #: below the threshold, a slice of at least this share of the index (and at most 20%) whose
-    #: vectors are spread like the whole index's (its centroid no longer than the index's: a random
-    #: slice, not one region) uses the index, whose iterative scan finds that slice's neighbours
-    #: (benchmarks/README.md, "ACL recall": recall 0.99 on a random 10% slice of 100k rows at a
-    #: fifth of the exact scan's time); ``None`` turns this off
+    #: below the threshold, a slice of at least this share of the index whose vectors are spread like
+    #: the whole index's (its centroid no longer than the index's) is probed: the index's nearest rows
+    #: to the query are read unfiltered and the caller's kept, proven exact when at least ``limit`` are
+    #: the caller's and replaced by the exact scan otherwise (benchmarks/README.md, "ACL recall");
+    #: ``None`` keeps every slice below the threshold on the exact scan
     ann_spread_min_share: float | None = Field(default=0.05, gt=0, le=1)
+    #: what the vector planner gives up where no plan is both exact and fast (a slice too large to
+    #: scan cheaply whose rows are not near the query): ``recall`` (default) answers with the exact
+    #: scan, whose cost grows with the slice; ``latency`` answers above ``ann_exact_threshold`` with
+    #: pgvector's iterative index scan, tens of ms but recall@10 about 0.5 on a clustered quarter of
+    #: the index (benchmarks/README.md, "ACL recall")
+    ann_priority: Literal["recall", "latency"] = "recall"
 
 
 class DatabaseConfig(BaseModel):

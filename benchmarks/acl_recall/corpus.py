@@ -13,7 +13,12 @@ groups of each kind:
 * ``r<p>:<g>`` random: a random permutation of the rows cut into equal groups;
 * ``c<p>:<g>`` clustered: consecutive clusters (the cells of the generating clustering, so a
   k-means of the data recovers them), and consecutive clusters share a topic, so a group is one
-  region of the space: at 1% two clusters of one topic, at 10% the twenty clusters of two topics.
+  region of the space: at 1% two clusters of one topic, at 10% the twenty clusters of two topics
+  (below one cluster's share, a cluster is cut into slabs along one direction, each still a region);
+* ``s<p>:<g>`` scattered: every cluster cut into ``SCATTER_PIECES`` slabs along one direction (small
+  regions), the slabs shuffled and dealt into equal groups, so a group is many small regions spread
+  over the whole space: its centroid is the corpus's, like a random slice's, but near any one query
+  it holds either a dense patch or nothing.
 """
 
 from __future__ import annotations
@@ -24,17 +29,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: visibilities (percent of the rows) every row is grouped at, in both layouts
-PERCENTS = (1, 2, 5, 10, 20, 25, 50)
+#: slice sizes (percent of the rows) every row is grouped at, in each layout
+PERCENTS: tuple[float, ...] = (0.1, 1, 5, 10, 25, 50, 100)
+#: the slice shapes
+LAYOUTS = ("random", "clustered", "scattered")
+#: slabs each cluster is cut into for the scattered layout
+SCATTER_PIECES = 10
 
 
-def prefix(layout: str, percent: int) -> str:
-    """The ACL-entry prefix of one setting: ``r10`` is random 10%, ``c1`` clustered 1%."""
-    return f"{layout[0]}{percent}"
+def prefix(layout: str, percent: float) -> str:
+    """The ACL-entry prefix of one setting: ``r10`` is random 10%, ``c1`` clustered 1%, ``s0.1`` scattered 0.1%."""
+    return f"{layout[0]}{percent:g}"
 
 
 def prefixes() -> list[str]:
-    return [prefix(layout, p) for p in PERCENTS for layout in ("random", "clustered")]
+    return [prefix(layout, p) for p in PERCENTS for layout in LAYOUTS]
+
+
+def group_count(percent: float) -> int:
+    """How many equal groups a slice of ``percent`` of the rows splits the rows into."""
+    return round(100 / percent)
 
 
 @dataclass
@@ -66,8 +80,8 @@ def make_corpus(
     a 5,000-row sample, about the similarity profile of all-MiniLM-L6-v2 vectors of SciFact passages
     (mean cosine 0.13, 10th neighbour 0.5, 100th neighbour 0.38; see README).
     """
-    if rows % clusters or clusters % topics or clusters % 100 or rows % 100:
-        raise ValueError("rows must split evenly into clusters, clusters into topics and into 100 groups")
+    if rows % clusters or clusters % topics or clusters % 100 or rows % 1000:
+        raise ValueError("rows must split evenly into clusters and 1,000 groups, clusters into topics and 100 groups")
     a, b, c, d = weights
     rng = np.random.default_rng(seed)
     shared = _unit(rng.standard_normal((1, dim)))
@@ -83,16 +97,53 @@ def make_corpus(
     vectors = draw(rows, cluster)
     q_cluster = rng.integers(0, clusters, queries)
     q_vectors = draw(queries, q_cluster)
+    place = slab_position(vectors, cluster, clusters, rng)
     groups: dict[str, np.ndarray] = {}
     callers: dict[str, np.ndarray] = {}
-    for name in prefixes():
-        count = 100 // int(name[1:])
-        if name.startswith("r"):
-            groups[name] = rng.permutation(rows) % count
-        else:  # consecutive clusters share a topic, so a group is a contiguous region of the space
-            groups[name] = cluster * count // clusters
-        callers[name] = rng.integers(0, count, queries)
+    for percent in PERCENTS:
+        count = group_count(percent)
+        groups[prefix("random", percent)] = rng.permutation(rows) % count
+        groups[prefix("clustered", percent)] = clustered_groups(cluster, place, clusters, count)
+        groups[prefix("scattered", percent)] = scattered_groups(cluster, place, clusters, count, rng)
+        for layout in LAYOUTS:
+            callers[prefix(layout, percent)] = rng.integers(0, count, queries)
     return Corpus(vectors, cluster, groups, q_vectors, callers)
+
+
+def slab_position(vectors: np.ndarray, cluster: np.ndarray, clusters: int, rng: np.random.Generator) -> np.ndarray:
+    """Each row's rank within its cluster along one random direction per cluster, scaled to [0, 1).
+
+    Cutting a cluster at fixed positions of this rank gives slabs: contiguous regions of that cluster.
+    """
+    direction = (rng.standard_normal((clusters, vectors.shape[1]))).astype(np.float32)
+    along = np.einsum("ij,ij->i", vectors, direction[cluster])
+    place = np.empty(len(vectors))
+    for c in range(clusters):
+        members = np.flatnonzero(cluster == c)
+        ranks = np.argsort(np.argsort(along[members]))
+        place[members] = ranks / len(members)
+    return place
+
+
+def clustered_groups(cluster: np.ndarray, place: np.ndarray, clusters: int, count: int) -> np.ndarray:
+    """Groups of consecutive clusters (one topic's region), or of slabs of one cluster when ``count > clusters``."""
+    return np.floor((cluster + place) * count / clusters).astype(np.int64)
+
+
+def scattered_groups(
+    cluster: np.ndarray, place: np.ndarray, clusters: int, count: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Groups of many small regions: every cluster cut into ``SCATTER_PIECES`` slabs, slabs shuffled, dealt out.
+
+    Needs ``clusters * SCATTER_PIECES >= count`` (every group gets at least one slab).
+    """
+    regions = clusters * SCATTER_PIECES
+    if regions < count:
+        raise ValueError(f"{regions} regions cannot make {count} scattered groups")
+    region = cluster * SCATTER_PIECES + np.floor(place * SCATTER_PIECES).astype(np.int64)
+    dealt = np.empty(regions, dtype=np.int64)
+    dealt[rng.permutation(regions)] = np.arange(regions) * count // regions
+    return dealt[region]
 
 
 def copy_binary(ids: np.ndarray, groups: list[np.ndarray], vectors: np.ndarray) -> bytes:

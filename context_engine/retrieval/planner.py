@@ -1,13 +1,18 @@
-"""The vector leg's plan: an exact scan of the rows the caller may see, or the HNSW index.
+"""The vector leg's plan: an exact scan of the rows the caller may see, a probe of the HNSW index
+proven exact or replaced by that scan, or (for a caller who filters nothing) the index alone.
 
 Why a planner at all: an approximate index under a ``WHERE`` clause is a post-filter. The index
 walks toward the query, discards the rows the caller may not see, and stops when its budget is
 spent, so a caller who sees a small slice of the corpus (worse: a topically clustered one, which
 is what real permissions are) gets short, empty or wrong answers and no error. pgvector 0.8's
-iterative scan narrows that gap but does not close it (benchmarks/README.md, "ACL recall"). Below
-``storage.ann_exact_threshold`` eligible rows an exact scan of just those rows is both correct and
-cheap, so the caller gets what an exact search over their slice gives; above it the slice is large
-enough that the index is both much faster and meets eligible rows often.
+iterative scan narrows that gap but does not close it (benchmarks/README.md, "ACL recall": recall
+0.2-0.7 on clustered slices of every size). Below ``storage.ann_exact_threshold`` eligible rows an
+exact scan of just those rows is both correct and cheap. For larger or spread slices the *probe*
+(:func:`plan_vector`) reads the index's nearest rows unfiltered and keeps the caller's: holding
+``limit`` of them proves they are the caller's true nearest, and when it does not, the exact scan
+answers. So, under the default ``storage.ann_priority``, a filtered caller's answer is exact up to
+the index's own unfiltered recall (an agent-scoped search above the threshold still takes the
+iterative scan: its links are not in the counts).
 
 Why the estimate comes from ``ce_vector_counts`` (migration 0004): counting the eligible rows at
 query time (even capped) costs about as much as the exact scan it decides on, and Postgres's own
@@ -19,7 +24,7 @@ is cheap because it narrows by the document index first.
 
 Why the plan is forced: Postgres's choice between the GIN bitmap on ``acl`` and the HNSW index is a
 cost estimate that flips with statistics; ``exact`` orders by an expression the index cannot serve,
-``ann`` disables the alternatives to the index scan for its own transaction only.
+``ann`` and ``probe`` disable the alternatives to the index scan for their own transaction only.
 """
 
 from __future__ import annotations
@@ -36,6 +41,11 @@ from context_engine.storage.predicates import ReadScope
 
 EXACT = "exact"
 ANN = "ann"
+PROBE = "probe"
+
+#: ``storage.ann_priority``: what the planner gives up when no plan is both exact and fast
+RECALL = "recall"
+LATENCY = "latency"
 
 #: pgvector's default ``hnsw.max_scan_tuples``; the budget is only ever raised above it
 DEFAULT_MAX_SCAN_TUPLES = 20_000
@@ -51,15 +61,18 @@ SPREAD_MIN_SHARE = 0.05
 #: drawn at random has the corpus's centroid; one confined to a region has a longer one (1.4-1.6 for
 #: the benchmark's clustered 10% slices, 1.00 for its random ones)
 SPREAD_MAX_CONCENTRATION = 1.1
-#: ``ef_search`` of a spread slice's index scan: below the threshold the exact scan is the yardstick,
-#: so the index gets a wider search (random 10% slice of 100k rows: recall 0.9905 at 100)
+#: ``ef_search`` of an iterative index scan chosen for latency over recall
 SPREAD_EF_SEARCH = 200
 #: below this many eligible rows an exact scan costs a few milliseconds: no slice is sent to the index
 SPREAD_MIN_ROWS = 1_000
-#: above this share the centroid stops telling a random slice from one made of many topics (a slice
-#: of half the topics of a 20,000-row corpus has the corpus's centroid, and the index answered it with
-#: recall 0.84), so larger slices are left to the threshold
-SPREAD_MAX_SHARE = 0.2
+#: the probe reads this many times the nearest rows a randomly spread slice needs to hold ``limit``
+#: eligible ones (a slice of share s holds about s of them; 1.5x makes a short probe on such a slice rare)
+PROBE_FACTOR = 1.5
+#: the fewest nearest rows a probe reads (pgvector's default ``ef_search`` is 40)
+PROBE_MIN_ROWS = 40
+#: the most nearest rows a probe reads; a slice too thin for that goes to the exact scan (or, under
+#: ``latency``, to the iterative scan when it is above the threshold)
+PROBE_MAX_ROWS = 2_000
 
 
 @dataclass
@@ -74,7 +87,7 @@ class VectorPlan:
     ``allow_fallback=False``, to show what the index alone returns).
     """
 
-    plan: str  # "exact" | "ann"
+    plan: str  # "exact" | "ann" | "probe"
     eligible: int | None
     total: int | None = None
     method: str = "given"  # "counts" | "capped_count" | "given" | "as_of"
@@ -87,6 +100,10 @@ class VectorPlan:
     unfiltered: bool = False
     #: centroid length of the caller's slice over the scope's (measured only below the threshold)
     concentration: float | None = None
+    #: nearest rows a ``probe`` reads (set by the leg, which knows ``limit``)
+    probe_rows: int | None = None
+    #: what a ``probe`` that proves nothing falls back to: ``exact``, or ``ann`` under ``latency``
+    on_miss: str = EXACT
 
     def usage(self) -> dict[str, Any]:
         return {
@@ -99,6 +116,7 @@ class VectorPlan:
             "fallback": self.fallback,
             "ef_search": self.ef_search,
             "max_scan_tuples": self.max_scan_tuples,
+            "probe_rows": self.probe_rows,
         }
 
 
@@ -183,8 +201,10 @@ async def plan_vector(
     unfiltered_min_rows: int | None = UNFILTERED_ANN_MIN_ROWS,
     spread_min_share: float | None = SPREAD_MIN_SHARE,
     spread_min_rows: int = SPREAD_MIN_ROWS,
+    limit: int = 10,
+    priority: str = RECALL,
 ) -> VectorPlan:
-    """Exact below ``threshold`` estimated eligible rows, the HNSW index above it.
+    """Exact, a probe of the index with an exact fallback, or (unfiltered callers) the index alone.
 
     A caller whose ACL and scope admit every indexed row uses the index from ``unfiltered_min_rows``
     (``storage.ann_unfiltered_min_rows``; ``None`` turns this off):
@@ -192,12 +212,27 @@ async def plan_vector(
     the index answers with its ordinary recall at a fraction of the scan's cost (on SciFact's 9,198
     chunks nDCG@10 0.735 against 0.734 exact, search p50 50.5 against 71.2 ms; benchmarks/README.md).
 
-    Below the threshold, a slice of at least ``spread_min_share`` of the index
-    (``storage.ann_spread_min_share``) and ``spread_min_rows`` rows whose centroid is no more than
-    ``SPREAD_MAX_CONCENTRATION`` times the scope's uses the index too: its rows are spread through
-    the graph like the corpus's, so the iterative scan meets them near the query. A slice confined
-    to one region (the permissions of a team that owns one topic) keeps the exact scan, where the
-    index would answer with the wrong rows (benchmarks/README.md, "ACL recall").
+    Every other slice is answered either by the exact scan or by a *probe* (:func:`probe_rows`): the
+    index's nearest rows to the query, unfiltered, of which the caller's are kept. When the probe
+    holds ``limit`` of the caller's rows, those are the caller's true nearest (any row of theirs the
+    probe did not reach is farther than every row it did), so the answer is the exact one up to the
+    index's unfiltered recall; when it does not, the leg runs the exact scan. No count or centroid can
+    say where a slice lies relative to one query (a slice of many small regions has the corpus's
+    centroid; a quarter of the index in one region is dense near some queries and absent near the
+    rest), so the probe asks the index itself, per query, and the exact scan is the fallback.
+
+    * ``spread_min_rows`` eligible rows or fewer: exact (a few milliseconds).
+    * Up to ``threshold``: the probe for a slice of at least ``spread_min_share`` of the index
+      (``storage.ann_spread_min_share``; ``None``: never) whose centroid is no more than
+      ``SPREAD_MAX_CONCENTRATION`` times the scope's, since a probe that misses costs its own time
+      on top of the scan, and a slice confined to one region misses for most queries; exact otherwise.
+    * Above ``threshold``: the probe whenever the slice is thick enough for one (``PROBE_MAX_ROWS``):
+      there the exact scan is the expensive plan and a hit saves most of it.
+
+    ``priority`` (``storage.ann_priority``) settles the cells where no plan is both exact and fast:
+    ``recall`` (the default) falls back to the exact scan, whose cost grows with the slice (a clustered
+    25-50% slice of 100,000 rows: about 100 ms); ``latency`` falls back, above the threshold, to
+    pgvector's iterative index scan (tens of milliseconds, but recall 0.5-0.6 on such slices).
     """
     if scope.historical:
         # the HNSW index holds current rows only: a past revision is answered by the exact scan
@@ -220,36 +255,73 @@ async def plan_vector(
             unfiltered = False
             if eligible > threshold:
                 eligible, method = min(eligible, await capped_count(conn, scope, threshold + 1)), "capped_count"
-        index = eligible > threshold or (
-            unfiltered and unfiltered_min_rows is not None and eligible >= unfiltered_min_rows
-        )
-        spread: float | None = None
+
+        # only above the threshold is the exact scan the expensive answer that latency may refuse
+        on_miss = ANN if priority == LATENCY and eligible > threshold else EXACT
+
+        def decided(plan: str, spread: float | None = None) -> VectorPlan:
+            return VectorPlan(
+                plan, eligible, total, method, threshold, unfiltered=unfiltered, concentration=spread, on_miss=on_miss
+            )
+
+        if unfiltered and unfiltered_min_rows is not None and eligible >= unfiltered_min_rows:
+            return decided(ANN)
+        if not total:  # nothing to size a probe by: the threshold alone decides
+            return decided(EXACT if eligible <= threshold else ANN)
+        thick = probe_size(eligible, total, limit) <= PROBE_MAX_ROWS
+        if eligible > threshold:
+            if thick:
+                return decided(PROBE)
+            return decided(ANN if priority == LATENCY else EXACT)
         if (
-            not index
-            and spread_min_share is not None
-            and scope.document_ids is None
-            and total
-            and max(spread_min_share * total, spread_min_rows) <= eligible <= SPREAD_MAX_SHARE * total
+            spread_min_share is None
+            or not thick
+            or eligible <= spread_min_rows
+            or eligible < spread_min_share * total
+            or scope.document_ids is not None
         ):
-            try:
-                spread = await concentration(conn, scope)
-            except ProgrammingError:  # a schema from before migration 0007
-                await conn.rollback()
-            index = spread is not None and spread <= SPREAD_MAX_CONCENTRATION
-    return VectorPlan(
-        ANN if index else EXACT, eligible, total, method, threshold, unfiltered=unfiltered, concentration=spread
-    )
+            return decided(EXACT)
+        spread: float | None = None
+        try:
+            spread = await concentration(conn, scope)
+        except ProgrammingError:  # a schema from before migration 0007
+            await conn.rollback()
+        if spread is not None and spread > SPREAD_MAX_CONCENTRATION:
+            return decided(EXACT, spread)
+        return decided(PROBE, spread)
+
+
+def probe_size(eligible: int, total: int, limit: int) -> int:
+    """Nearest rows a probe reads: ``PROBE_FACTOR`` times the ``limit / share`` a spread slice needs."""
+    return max(PROBE_MIN_ROWS, math.ceil(PROBE_FACTOR * limit * total / max(eligible, 1)))
+
+
+def probe_settings(plan: VectorPlan, limit: int) -> tuple[int, dict[str, str]]:
+    """``(rows, settings)`` of one probe: an unfiltered index scan of the ``rows`` nearest rows.
+
+    Up to 1,000 rows (pgvector's largest ``ef_search``) one plain scan returns them; beyond, the
+    iterative scan in strict order goes on until ``rows`` are out, in distance order.
+    """
+    wanted = probe_size(plan.eligible, plan.total, limit) if plan.eligible and plan.total else PROBE_MIN_ROWS
+    rows = min(wanted, max(PROBE_MAX_ROWS, limit))
+    plan.probe_rows = rows
+    plan.ef_search = min(1000, max(40, rows))
+    if rows <= 1000:
+        return rows, index_settings(plan.ef_search, "off")
+    plan.max_scan_tuples = max(DEFAULT_MAX_SCAN_TUPLES, 4 * rows)
+    return rows, index_settings(plan.ef_search, "strict_order", plan.max_scan_tuples)
 
 
 def ann_settings(plan: VectorPlan, limit: int) -> dict[str, str]:
     """Session settings (transaction-local) for one forced, iterative HNSW scan.
 
-    ``ef_search`` grows with the rows asked for. ``max_scan_tuples`` is raised above pgvector's
+    ``ef_search`` grows with the rows asked for (from 100 for a caller who filters nothing, 200 for
+    one who does). ``max_scan_tuples`` is raised above pgvector's
     default when the estimate says the slice is small: a uniformly spread slice of selectivity s
     needs about ``ef_search / s`` tuples before ``limit`` eligible rows are met, and a clustered one
     more, hence the headroom; past the cap the leg's exact fallback is cheaper than walking on.
     """
-    ef = min(1000, max(SPREAD_EF_SEARCH if plan.concentration is not None else 100, 2 * limit))
+    ef = min(1000, max(100 if plan.unfiltered else SPREAD_EF_SEARCH, 2 * limit))
     budget = DEFAULT_MAX_SCAN_TUPLES
     if plan.eligible and plan.total:
         need = math.ceil(SCAN_HEADROOM * ef * plan.total / plan.eligible)

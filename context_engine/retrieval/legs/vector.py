@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.retrieval import planner, query_shape
 from context_engine.retrieval.planner import VectorPlan
@@ -25,9 +25,12 @@ async def vector_leg(
     """Cosine similarity under ``plan``, which this leg forces.
 
     ``exact`` orders by an expression the index cannot serve, so Postgres scans the eligible rows
-    (GIN bitmap or sequential) and sorts them. ``ann`` runs a forced, iterative HNSW scan; when it
-    comes back with fewer than ``limit`` rows while the estimate says more rows exist, its budget ran
-    out among rows the caller may not see, and the leg re-runs exactly (``plan.fallback``).
+    (GIN bitmap or sequential) and sorts them. ``probe`` reads the index's nearest rows unfiltered
+    and keeps the caller's: with ``limit`` of them among those read (or the whole index read) that is
+    the exact answer, otherwise the leg runs ``plan.on_miss`` (``plan.fallback``). ``ann`` runs a
+    forced, iterative HNSW scan; when it comes back with fewer than ``limit`` rows while the estimate
+    says more rows exist, its budget ran out among rows the caller may not see, and the leg re-runs
+    exactly (``plan.fallback``).
     """
     params: dict[str, Any] = {"qv": vector_literal(query_vector), "limit": limit}
     predicate = scope.predicate("c", params)
@@ -38,26 +41,53 @@ async def vector_leg(
             f"WHERE c.embedding IS NOT NULL AND {predicate} ORDER BY {order} LIMIT :limit"
         )
 
-    if plan.plan == planner.ANN:
+    if plan.plan == planner.PROBE:
+        rows_read, settings = planner.probe_settings(plan, limit)
+        probe = text(
+            "WITH near AS MATERIALIZED (SELECT c.id, c.embedding <=> CAST(:qv AS vector) AS d, "
+            f"({predicate}) AS ok FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
+            "ORDER BY c.embedding <=> CAST(:qv AS vector) LIMIT :probe_rows) "
+            "SELECT id, 1 - d, (SELECT count(*) FROM near) FROM near WHERE ok ORDER BY d, id LIMIT :limit"
+        )
+        async with db.begin() as conn:
+            await _set_local(conn, settings)
+            rows = (await conn.execute(probe, params | {"probe_rows": rows_read})).all()
+        # proof: limit of the caller's rows among the nearest read, or the whole index read
+        if len(rows) >= limit or (rows and int(rows[0][2]) < rows_read):
+            return [(int(r[0]), float(r[1])) for r in rows]
+        plan.fallback = True
+        if plan.on_miss != planner.ANN:
+            return await _exact(db, query, params)
+    if plan.plan in (planner.ANN, planner.PROBE):
         settings = plan.settings if plan.settings is not None else planner.ann_settings(plan, limit)
-        values: dict[str, str] = {}
-        for i, (name, value) in enumerate(settings.items()):
-            values[f"g{i}"], values[f"s{i}"] = name, value
-        gucs = ", ".join(f"set_config(:g{i}, :s{i}, true)" for i in range(len(settings)))
         async with db.begin() as conn:  # transaction-local settings, one round trip
-            await conn.execute(text(f"SELECT {gucs}"), values)
+            await _set_local(conn, settings)
             rows = (await conn.execute(query("c.embedding <=> CAST(:qv AS vector)"), params)).all()
         if len(rows) >= limit or not plan.allow_fallback or (plan.eligible is not None and plan.eligible <= len(rows)):
             pairs = [(int(r[0]), float(r[1])) for r in rows]
             pairs.sort(key=lambda p: (-p[1], p[0]))  # relaxed order returns near-sorted rows
             return pairs
         plan.fallback = True
+    return await _exact(db, query, params)
+
+
+async def _set_local(conn: AsyncConnection, settings: dict[str, str]) -> None:
+    """Transaction-local settings in one round trip."""
+    values: dict[str, str] = {}
+    for i, (name, value) in enumerate(settings.items()):
+        values[f"g{i}"], values[f"s{i}"] = name, value
+    gucs = ", ".join(f"set_config(:g{i}, :s{i}, true)" for i in range(len(settings)))
+    await conn.execute(text(f"SELECT {gucs}"), values)
+
+
+async def _exact(db: AsyncEngine, query: Callable[[str], Any], params: dict[str, Any]) -> list[tuple[int, float]]:
+    """The eligible rows scanned and sorted: ordered by an expression no index can serve."""
     async with db.connect() as conn:
         rows = (await conn.execute(query("(c.embedding <=> CAST(:qv AS vector)) + 0"), params)).all()
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
-async def plan_for(db: AsyncEngine, scope: ReadScope, config: ContextEngineConfig) -> VectorPlan:
+async def plan_for(db: AsyncEngine, scope: ReadScope, config: ContextEngineConfig, *, limit: int = 10) -> VectorPlan:
     """The planner's choice under ``storage.ann_*``; see :func:`planner.plan_vector`."""
     storage = config.storage
     return await planner.plan_vector(
@@ -66,6 +96,8 @@ async def plan_for(db: AsyncEngine, scope: ReadScope, config: ContextEngineConfi
         threshold=storage.ann_exact_threshold,
         unfiltered_min_rows=storage.ann_unfiltered_min_rows,
         spread_min_share=storage.ann_spread_min_share,
+        limit=limit,
+        priority=storage.ann_priority,
     )
 
 
@@ -82,7 +114,7 @@ class VectorLeg:
         config = search.services.config
         vectors, plan = await asyncio.gather(
             search.vectors(),
-            search.once("vector_plan", lambda: plan_for(search.db, search.scope, config)),
+            search.once("vector_plan", lambda: plan_for(search.db, search.scope, config, limit=search.limit)),
         )
         found = await vector_leg(search.db, vectors[index], search.scope, limit=search.limit, plan=plan)
         search.usage["vector_plan"] = plan.usage()
