@@ -115,7 +115,7 @@ async def check_exposure(
                 limit=top_k,
                 plan=planner.VectorPlan(planner.ANN, None, settings=_BARE, allow_fallback=False),
             )
-            plan = await planner.plan_vector(db, scope, threshold=threshold)
+            plan = await planner.plan_vector(db, scope, threshold=threshold, limit=top_k)
             library = await vector_leg(db, vector, scope, limit=top_k, plan=plan)
             entry.bare_recall.append(_recall(bare, truth))
             entry.bare_rows.append(len(bare))
