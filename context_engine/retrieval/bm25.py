@@ -20,17 +20,35 @@ migration 0002 as a generated column so a query never recounts it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from context_engine.retrieval import bm25_gate
+from context_engine.retrieval.bm25_gate import lexeme_query
 from context_engine.storage.predicates import live, visibility
 
 #: chunks fully scored per result row asked for, ranked first by their upper bound (see :func:`rank`).
 #: On SciFact (``limit`` 50, a claim-length query matching ~3,250 of 9,198 chunks at the median)
 #: 16 x ``limit`` proved the top 50 exact for 292 of the 300 test queries; the rest take the full pass.
 BOUND_DEPTH = 16
+
+#: how :func:`rank` may find the top rows; the first is the default.
+STRATEGIES = ("pruned", "bounded", "full")
+
+#: the ``pruned`` strategy is tried when the query terms' postings (summed document frequencies
+#: the caller may see) reach this many; below it the ``bounded`` pass is as cheap.
+PRUNE_FROM = 20_000
+
+#: the floor of the ``pruned`` strategy reads the rarest terms' postings up to this many, and at
+#: most this share of all the query's postings ...
+SEED_POSTINGS = 2_000
+SEED_SHARE = 0.25
+
+#: ... and scores exactly the best-bounded ``SEED_DEPTH * limit`` of them.
+SEED_DEPTH = 2
 
 
 async def rank(
@@ -47,24 +65,39 @@ async def rank(
     bound_depth: int = BOUND_DEPTH,
     report: dict[str, Any] | None = None,
     as_of: int | None = None,
+    strategy: str = "pruned",
+    prune_from: int = PRUNE_FROM,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best chunks by BM25, ``(id, score)`` best first: the same rows and order as
     scoring every candidate, with most of the per-chunk work skipped.
 
     ``tsquery`` selects the candidates (matching mode, phrases, -terms); ``terms`` is the SQL
-    ``text[]`` of positive lexemes that are scored. Three steps:
+    ``text[]`` of positive lexemes that are scored. The lexemes' IDF and the average chunk length
+    come from statistics the caller may see. A term's contribution to a chunk's score is always
+    below its bound ``idf * (k1 + 1)``, and the strategies build on that:
 
-    1. the lexemes' IDF and the average chunk length, from statistics the caller may see;
-    2. every candidate gets an upper bound, the sum of ``idf * (k1 + 1)`` over the query terms it
-       contains (one ``@@`` test per term, no copy of its ``tsvector``), and only the
-       ``bound_depth * limit`` candidates with the highest bounds are scored exactly;
-    3. if the best bound left out is below the ``limit``-th exact score, no chunk left out can
-       enter the top ``limit`` (a term contributes strictly less than its bound) and the answer is
-       exact; otherwise every candidate is scored.
+    * ``full``: every candidate is scored.
+    * ``bounded``: every candidate gets an upper bound, the sum of the bounds of the query terms it
+      contains (one ``@@`` test per term, no copy of its ``tsvector``); the ``bound_depth * limit``
+      best-bounded are scored exactly. If the best bound left out is below the ``limit``-th exact
+      score, nothing left out can enter the top ``limit``; otherwise every candidate is scored.
+    * ``pruned`` (the default; the ``bounded`` pass when the query's postings total less than
+      ``prune_from``): first a floor, the ``limit``-th exact score among chunks holding the
+      rarest terms (any ``limit`` candidates' scores give a floor under the true ``limit``-th
+      score); then only candidates whose bound reaches that floor are read, selected by the GIN
+      index itself through a tsquery that spells out which sets of terms can reach it (see
+      :mod:`context_engine.retrieval.bm25_gate`), and ranked by the ``bounded`` pass. A chunk kept
+      out has a bound, hence a score, below the floor, so it cannot be in the top ``limit``:
+      the answer is exact. A common term alone reaches no floor, so its long postings are only
+      probed where a rarer term matched, never walked chunk by chunk.
 
-    ``report``, when given, receives ``candidates``, ``scored`` and ``pass`` (``bounded`` or ``full``).
+    ``report``, when given, receives ``candidates`` (rows bounded), ``scored`` (rows scored exactly)
+    and ``pass``: ``pruned`` / ``pruned_full`` (gated by a floor, and the bound proof held / did
+    not, so every gated candidate was scored), ``bounded`` / ``full`` (no floor: all candidates).
     ``as_of`` (a past revision) takes the statistics from the chunks visible then: see :func:`_weights_as_of`.
     """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown BM25 strategy {strategy!r}; use one of {STRATEGIES}")
     params["bm25_k1"] = float(k1)
     params["bm25_b"] = float(b)
     if as_of is None:
@@ -78,28 +111,105 @@ async def rank(
     params["bm25_lex"] = [str(w[0]) for w in weights]
     params["bm25_idf"] = [float(w[1]) for w in weights]
     params["bm25_avgdl"] = float(weights[0][2])
+    term_bounds = [idf * (float(k1) + 1) for idf in params["bm25_idf"]]
     bounds = []
-    for i, (lexeme, idf) in enumerate(zip(params["bm25_lex"], params["bm25_idf"], strict=True)):
-        params[f"bm25_t{i}"] = _lexeme_query(lexeme)
-        params[f"bm25_u{i}"] = idf * (float(k1) + 1)
+    for i, (lexeme, bound) in enumerate(zip(params["bm25_lex"], term_bounds, strict=True)):
+        params[f"bm25_t{i}"] = lexeme_query(lexeme)
+        params[f"bm25_u{i}"] = bound
         bounds.append(f"CASE WHEN c.tsv @@ CAST(:bm25_t{i} AS tsquery) THEN CAST(:bm25_u{i} AS float8) ELSE 0 END")
+    bound_sql = " + ".join(bounds)
+    if strategy == "full":
+        rows = (await conn.execute(text(_full_sql(tsquery, chunk_predicate)), params)).all()
+        if report is not None:
+            candidates = int(rows[0][2]) if rows else 0
+            report.update({"candidates": candidates, "scored": candidates, "pass": "full"})
+        return [(int(r[0]), float(r[1])) for r in rows]
+    postings = sum(float(w[3]) for w in weights)
+    gate = None
+    if strategy == "pruned" and len(weights) > 1 and postings >= prune_from:
+        floor = await _floor(conn, tsquery, chunk_predicate, bound_sql, params, weights, term_bounds, limit)
+        if floor > 0:
+            gate = bm25_gate.reaching(list(zip(params["bm25_lex"], term_bounds, strict=True)), floor)
+    if gate is not None:
+        params["bm25_gate"] = gate
+        tsquery = f"({tsquery}) && CAST(:bm25_gate AS tsquery)"
+    rows, candidates, exact = await _bounded(conn, tsquery, chunk_predicate, bound_sql, params, limit, bound_depth)
+    if report is not None:
+        depth = max(1, bound_depth * limit)
+        report.update({"candidates": candidates, "scored": min(candidates, depth) if exact else candidates})
+        report["pass"] = (
+            ("pruned" if exact else "pruned_full") if gate is not None else ("bounded" if exact else "full")
+        )
+    return rows
+
+
+async def _bounded(
+    conn: AsyncConnection,
+    tsquery: str,
+    chunk_predicate: str,
+    bound_sql: str,
+    params: dict[str, Any],
+    limit: int,
+    bound_depth: int,
+) -> tuple[list[tuple[int, float]], int, bool]:
+    """The ``bounded`` pass over the candidates of ``tsquery``: rows, candidates bounded, and
+    whether the bound proof held (when it did not, every candidate was scored)."""
     depth = max(1, bound_depth * limit)
     params["bm25_depth"], params["bm25_depth1"] = depth, depth + 1
-    rows = (await conn.execute(text(_bounded_sql(tsquery, chunk_predicate, " + ".join(bounds))), params)).all()
+    rows = (await conn.execute(text(_bounded_sql(tsquery, chunk_predicate, bound_sql)), params)).all()
     if not rows:
-        return []
+        return [], 0, True
     candidates, best_left_out = int(rows[0][2]), float(rows[0][3])
     exact = candidates <= depth or (len(rows) >= limit and best_left_out * (1 + 1e-9) < float(rows[limit - 1][1]))
     if not exact:
         rows = (await conn.execute(text(_full_sql(tsquery, chunk_predicate)), params)).all()
-    if report is not None:
-        report.update({"candidates": candidates, "scored": min(candidates, depth) if exact else candidates})
-        report["pass"] = "bounded" if exact else "full"
-    return [(int(r[0]), float(r[1])) for r in rows]
+    return [(int(r[0]), float(r[1])) for r in rows], candidates, exact
+
+
+async def _floor(
+    conn: AsyncConnection,
+    tsquery: str,
+    chunk_predicate: str,
+    bound_sql: str,
+    params: dict[str, Any],
+    weights: Sequence[Any],
+    term_bounds: list[float],
+    limit: int,
+) -> float:
+    """A score the true ``limit``-th best reaches: the ``limit``-th exact score among candidates
+    holding one of the rarest terms (postings up to ``SEED_POSTINGS`` or ``SEED_SHARE`` of the
+    query's, whichever is less, and at least the rarest term's own),
+    the best-bounded ``SEED_DEPTH * limit`` of them scored. 0 when fewer than ``limit`` are found.
+
+    Any ``limit`` candidates' scores are a floor, so no proof is needed here: a better floor only
+    lets fewer candidates through the gate afterwards.
+    """
+    rarest = sorted(range(len(weights)), key=lambda i: (-term_bounds[i], str(weights[i][0])))
+    budget = min(SEED_POSTINGS, SEED_SHARE * sum(float(w[3]) for w in weights))
+    seed, total = [], 0.0
+    for i in rarest:
+        if seed and total + float(weights[i][3]) > budget:
+            break
+        seed.append(i)
+        total += float(weights[i][3])
+    if len(seed) == len(weights):
+        return 0.0  # the seed would be every term: no cheaper than the bounded pass itself
+    depth = max(1, SEED_DEPTH * limit)
+    seed_params = {
+        **params,
+        "bm25_seed": " | ".join(lexeme_query(str(weights[i][0])) for i in seed),
+        "bm25_depth": depth,
+        "bm25_depth1": depth + 1,
+    }
+    seeded = f"({tsquery}) && CAST(:bm25_seed AS tsquery)"
+    rows = (await conn.execute(text(_bounded_sql(seeded, chunk_predicate, bound_sql)), seed_params)).all()
+    if len(rows) < limit:
+        return 0.0
+    return float(rows[limit - 1][1])
 
 
 def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]) -> str:
-    """``(lexeme, idf, avgdl)`` per distinct query lexeme, over the statistics the caller may see."""
+    """``(lexeme, idf, avgdl, df)`` per distinct query lexeme, over the statistics the caller may see."""
     groups = visibility("g", params, **stats_scope)
     terms_pred = visibility("s", params, **stats_scope)
     return (
@@ -107,21 +217,16 @@ def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]
         "tot AS (SELECT coalesce(sum(g.chunks), 0)::float8 AS n, "
         "greatest(coalesce(sum(g.tokens), 0)::float8 / greatest(coalesce(sum(g.chunks), 0), 1), 1) AS avgdl "
         f"FROM ce_bm25_groups g WHERE {groups}) "
-        "SELECT qt.lexeme, ln(1 + (tot.n - d.df + 0.5) / (d.df + 0.5)) AS idf, tot.avgdl FROM qt CROSS JOIN tot "
+        "SELECT qt.lexeme, ln(1 + (tot.n - d.df + 0.5) / (d.df + 0.5)) AS idf, tot.avgdl, d.df FROM qt CROSS JOIN tot "
         "CROSS JOIN LATERAL (SELECT coalesce(sum(s.df), 0)::float8 AS df FROM ce_bm25_terms s "
         f"WHERE s.lexeme = qt.lexeme AND {terms_pred}) d ORDER BY qt.lexeme"
     )
 
 
-def _lexeme_query(lexeme: str) -> str:
-    """A single-lexeme tsquery literal, quoted so that no character of the lexeme is an operator."""
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
 async def _weights_as_of(
     conn: AsyncConnection, terms: str, stats_scope: dict[str, Any], params: dict[str, Any], as_of: int
-) -> list[tuple[str, float, float]]:
-    """``(lexeme, idf, avgdl)`` as of revision ``as_of``, counted exactly from the chunks visible then.
+) -> list[tuple[str, float, float, float]]:
+    """``(lexeme, idf, avgdl, df)`` as of revision ``as_of``, counted exactly from the chunks visible then.
 
     The kept statistics describe the current revision only, so a past read counts: one scan of the
     chunks the caller could see in the searched sources at ``as_of`` (the same slice the kept
@@ -135,17 +240,17 @@ async def _weights_as_of(
     stats: dict[str, Any] = {}
     counts, values = [], []
     for i, lexeme in enumerate(lexemes):
-        stats[f"bm25_l{i}"], stats[f"bm25_q{i}"] = lexeme, _lexeme_query(lexeme)
+        stats[f"bm25_l{i}"], stats[f"bm25_q{i}"] = lexeme, lexeme_query(lexeme)
         counts.append(f"count(*) FILTER (WHERE c.tsv @@ CAST(:bm25_q{i} AS tsquery))::float8 AS df{i}")
         values.append(f"(CAST(:bm25_l{i} AS text), v.df{i})")
     visible = f"{live('c', stats, as_of)} AND {visibility('c', stats, **stats_scope)}"
     statement = (
         "WITH v AS (SELECT count(*)::float8 AS n, coalesce(sum(c.tsv_tokens), 0)::float8 AS tokens, "
         f"{', '.join(counts)} FROM ce_chunks c WHERE {visible}) "
-        "SELECT t.lexeme, ln(1 + (v.n - t.df + 0.5) / (t.df + 0.5)), greatest(v.tokens / greatest(v.n, 1), 1) "
+        "SELECT t.lexeme, ln(1 + (v.n - t.df + 0.5) / (t.df + 0.5)), greatest(v.tokens / greatest(v.n, 1), 1), t.df "
         f"FROM v CROSS JOIN LATERAL (VALUES {', '.join(values)}) AS t(lexeme, df) ORDER BY t.lexeme"
     )
-    return [(str(r[0]), float(r[1]), float(r[2])) for r in await conn.execute(text(statement), stats)]
+    return [(str(r[0]), float(r[1]), float(r[2]), float(r[3])) for r in await conn.execute(text(statement), stats)]
 
 
 # Term frequencies come from the chunk's own ``tsvector``: the query terms are marked with weight A
@@ -182,12 +287,13 @@ def _bounded_sql(tsquery: str, chunk_predicate: str, bound: str) -> str:
 
 
 def _full_sql(tsquery: str, chunk_predicate: str) -> str:
-    """Every candidate scored: the answer when the bounds could not prove the short pass exact."""
+    """Every candidate scored: the answer when the bounds could not prove the short pass exact.
+    Each row also carries the candidate count."""
     scored = _SCORE.format(
         source="ce_chunks c CROSS JOIN q",
         where=f"WHERE c.tsv @@ q.q AND {chunk_predicate}",
     )
     return (
         f"WITH q AS MATERIALIZED (SELECT {tsquery} AS q), s AS ({scored}) "
-        "SELECT s.id, s.r FROM s ORDER BY s.r DESC, s.id LIMIT :limit"
+        "SELECT s.id, s.r, count(*) OVER () FROM s ORDER BY s.r DESC, s.id LIMIT :limit"
     )
