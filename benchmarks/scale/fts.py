@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import collections
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -36,8 +37,15 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from context_engine import ContextEngine
+from context_engine.config import ContextEngineConfig
+from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.embeddings.local import LocalEmbedder
+from context_engine.evaluation import dedupe_documents, ingest_dataset, load_beir, ndcg_at_k
+from context_engine.principals import TRUSTED
 from context_engine.retrieval import bm25
 from context_engine.retrieval.legs.fts import fts_leg
 from context_engine.storage import embedded
@@ -229,6 +237,102 @@ def _differs(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
     return any(abs(x - y) > 1e-9 * max(1.0, abs(x)) for (_, x), (_, y) in zip(a, b, strict=True))
 
 
+class TokenCountingStandIn(Embedder):
+    """Hashed vectors, but the local model's own token counts, so SciFact is cut into exactly the
+    chunks the BEIR harness gets (the full-text leg never reads the vectors)."""
+
+    provider, model = "stand-in", "hashed-384"
+
+    def __init__(self) -> None:
+        self.inner = LocalEmbedder()
+        self.dim, self.max_input_tokens = self.inner.dim, self.inner.max_input_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
+        out = []
+        for body in texts:
+            seed = int.from_bytes(hashlib.sha256(body.encode()).digest()[:8], "big")
+            out.append(np.random.default_rng(seed).standard_normal(self.dim).tolist())
+        return out
+
+
+async def scifact(data: Path, data_dir: Path, strategies: list[str]) -> None:
+    """SciFact's 300 test claims through the full-text leg alone: nDCG@10 and latency per strategy."""
+    dataset = load_beir(data)
+    config = ContextEngineConfig(storage={"auto_migrate": True, "data_dir": str(data_dir)})
+    async with ContextEngine(config, embedder=TokenCountingStandIn()) as engine:
+        stats = await engine.stats(principals=TRUSTED, source_ids=["beir"])
+        if stats.documents != len(dataset.corpus):
+            failed, seconds = await ingest_dataset(engine, dataset, source_id="beir")
+            log(f"ingested SciFact in {seconds:.0f} s ({failed} failed)")
+        db = await engine.database()
+        async with db.connect() as conn:
+            names = dict(
+                (
+                    await conn.execute(
+                        text(
+                            "SELECT c.id, d.name FROM ce_chunks c JOIN ce_documents d "
+                            "ON d.id = c.document_id WHERE c.valid_to IS NULL"
+                        )
+                    )
+                ).all()
+            )
+        scope = ReadScope(principals=None, source_ids=["beir"])
+        print(f"\nSciFact, {len(dataset.queries)} test queries, full-text leg alone, trusted caller\n")
+        print("| limit | strategy | nDCG@10 | p50 ms | p95 ms | passes | answers differ from the first |")
+        print("|---:|---|---:|---:|---:|---|---:|")
+        for limit in (50, 100):
+            times: dict[str, list[float]] = collections.defaultdict(list)
+            ndcg: dict[str, list[float]] = collections.defaultdict(list)
+            passes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+            differ: collections.Counter[str] = collections.Counter()
+            for qid, query in dataset.queries.items():
+                first = None
+                for strategy in strategies:
+                    report: dict[str, Any] = {}
+                    started = time.perf_counter()
+                    rows = await fts_leg(
+                        db,
+                        query,
+                        scope,
+                        limit=limit,
+                        config="english",
+                        match="any",
+                        rank="bm25",
+                        normalization=1,
+                        report=report,
+                        strategy=strategy,
+                    )
+                    times[strategy].append((time.perf_counter() - started) * 1000)
+                    passes[strategy][str(report.get("pass"))] += 1
+                    ranked = dedupe_documents((names[cid], score) for cid, score in rows)
+                    ndcg[strategy].append(ndcg_at_k(ranked, dataset.qrels[qid]))
+                    first = rows if first is None else first
+                    differ[strategy] += int(_differs(first, rows))
+            for strategy in strategies:
+                taken = ", ".join(f"{k} {v}" for k, v in sorted(passes[strategy].items()))
+                print(
+                    f"| {limit} | {strategy} | {statistics.fmean(ndcg[strategy]):.4f} | "
+                    f"{statistics.median(times[strategy]):.1f} | {percentile(times[strategy], 0.95):.1f} | "
+                    f"{taken} | {differ[strategy]} |"
+                )
+        async with db.connect() as conn:
+            sizes = (
+                await conn.execute(
+                    text(
+                        "SELECT pg_total_relation_size('ce_chunks'), pg_total_relation_size('ce_bm25_terms'), "
+                        "pg_total_relation_size('ce_bm25_groups')"
+                    )
+                )
+            ).one()
+        print(
+            f"\nbytes: ce_chunks {sizes[0]:,}, ce_bm25_terms {sizes[1]:,}, ce_bm25_groups {sizes[2]:,}; "
+            f"load average {load_uptime()}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="the BEIR SciFact folder (corpus, queries, qrels)")
@@ -240,7 +344,14 @@ def main() -> int:
     )
     parser.add_argument("--data-dir", type=Path, default=CACHE)
     parser.add_argument("--fresh", action="store_true", help="rebuild the table")
+    parser.add_argument("--scifact", action="store_true", help="measure SciFact (ingested once) instead")
+    parser.add_argument("--prune-from", type=int, help="override bm25.PRUNE_FROM (postings from which to prune)")
     args = parser.parse_args()
+    if args.prune_from is not None:
+        bm25.PRUNE_FROM = args.prune_from
+    if args.scifact:
+        asyncio.run(scifact(args.data, args.data_dir.with_name("scale-fts-scifact"), args.strategies.split(",")))
+        return 0
     _pgdata, url = embedded.acquire(args.data_dir)
     if args.fresh or built_rows(url) != args.rows:
         asyncio.run(build(url, args.rows, args.groups, args.data / "corpus.jsonl.gz"))

@@ -66,7 +66,7 @@ async def rank(
     report: dict[str, Any] | None = None,
     as_of: int | None = None,
     strategy: str = "pruned",
-    prune_from: int = PRUNE_FROM,
+    prune_from: int | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best chunks by BM25, ``(id, score)`` best first: the same rows and order as
     scoring every candidate, with most of the per-chunk work skipped.
@@ -82,18 +82,19 @@ async def rank(
       best-bounded are scored exactly. If the best bound left out is below the ``limit``-th exact
       score, nothing left out can enter the top ``limit``; otherwise every candidate is scored.
     * ``pruned`` (the default; the ``bounded`` pass when the query's postings total less than
-      ``prune_from``): first a floor, the ``limit``-th exact score among chunks holding the
-      rarest terms (any ``limit`` candidates' scores give a floor under the true ``limit``-th
+      ``prune_from``, by default :data:`PRUNE_FROM`): first a floor, the ``limit``-th exact score
+      among chunks holding the rarest terms (any ``limit`` candidates' scores give a floor under the true ``limit``-th
       score); then only candidates whose bound reaches that floor are read, selected by the GIN
       index itself through a tsquery that spells out which sets of terms can reach it (see
-      :mod:`context_engine.retrieval.bm25_gate`), and ranked by the ``bounded`` pass. A chunk kept
-      out has a bound, hence a score, below the floor, so it cannot be in the top ``limit``:
-      the answer is exact. A common term alone reaches no floor, so its long postings are only
-      probed where a rarer term matched, never walked chunk by chunk.
+      :mod:`context_engine.retrieval.bm25_gate`), and scored. A chunk kept out has a bound, hence
+      a score, below the floor, so it cannot be in the top ``limit``: the answer is exact. A common
+      term alone reaches no floor, so its long postings are only probed where a rarer term matched,
+      never walked chunk by chunk.
 
-    ``report``, when given, receives ``candidates`` (rows bounded), ``scored`` (rows scored exactly)
-    and ``pass``: ``pruned`` / ``pruned_full`` (gated by a floor, and the bound proof held / did
-    not, so every gated candidate was scored), ``bounded`` / ``full`` (no floor: all candidates).
+    ``report``, when given, receives ``candidates`` (rows bounded, at most one past the depth, or
+    rows gated), ``scored`` (rows scored exactly) and ``pass``: ``pruned`` (gated by a floor, every
+    gated chunk scored), ``bounded`` / ``full`` (no floor: the bound proof held / failed, so every
+    candidate was scored).
     ``as_of`` (a past revision) takes the statistics from the chunks visible then: see :func:`_weights_as_of`.
     """
     if strategy not in STRATEGIES:
@@ -126,20 +127,24 @@ async def rank(
         return [(int(r[0]), float(r[1])) for r in rows]
     postings = sum(float(w[3]) for w in weights)
     gate = None
-    if strategy == "pruned" and len(weights) > 1 and postings >= prune_from:
+    if strategy == "pruned" and len(weights) > 1 and postings >= (PRUNE_FROM if prune_from is None else prune_from):
         floor = await _floor(conn, tsquery, chunk_predicate, bound_sql, params, weights, term_bounds, limit)
         if floor > 0:
             gate = bm25_gate.reaching(list(zip(params["bm25_lex"], term_bounds, strict=True)), floor)
     if gate is not None:
+        # every gated chunk's bound reaches the floor, so the bound order would prove little: score them all
         params["bm25_gate"] = gate
-        tsquery = f"({tsquery}) && CAST(:bm25_gate AS tsquery)"
+        gated = f"({tsquery}) && CAST(:bm25_gate AS tsquery)"
+        rows = (await conn.execute(text(_full_sql(gated, chunk_predicate)), params)).all()
+        if report is not None:
+            candidates = int(rows[0][2]) if rows else 0
+            report.update({"candidates": candidates, "scored": candidates, "pass": "pruned"})
+        return [(int(r[0]), float(r[1])) for r in rows]
     rows, candidates, exact = await _bounded(conn, tsquery, chunk_predicate, bound_sql, params, limit, bound_depth)
     if report is not None:
         depth = max(1, bound_depth * limit)
         report.update({"candidates": candidates, "scored": min(candidates, depth) if exact else candidates})
-        report["pass"] = (
-            ("pruned" if exact else "pruned_full") if gate is not None else ("bounded" if exact else "full")
-        )
+        report["pass"] = "bounded" if exact else "full"
     return rows
 
 
@@ -163,6 +168,7 @@ async def _bounded(
     exact = candidates <= depth or (len(rows) >= limit and best_left_out * (1 + 1e-9) < float(rows[limit - 1][1]))
     if not exact:
         rows = (await conn.execute(text(_full_sql(tsquery, chunk_predicate)), params)).all()
+        candidates = int(rows[0][2]) if rows else candidates  # all of them, not the bounded pass's cap
     return [(int(r[0]), float(r[1])) for r in rows], candidates, exact
 
 
@@ -188,11 +194,13 @@ async def _floor(
     budget = min(SEED_POSTINGS, SEED_SHARE * sum(float(w[3]) for w in weights))
     seed, total = [], 0.0
     for i in rarest:
+        if float(weights[i][3]) <= 0:
+            continue  # in no chunk the caller may see: it finds no seed
         if seed and total + float(weights[i][3]) > budget:
             break
         seed.append(i)
         total += float(weights[i][3])
-    if len(seed) == len(weights):
+    if not seed or len(seed) == sum(1 for w in weights if float(w[3]) > 0):
         return 0.0  # the seed would be every term: no cheaper than the bounded pass itself
     depth = max(1, SEED_DEPTH * limit)
     seed_params = {

@@ -10,8 +10,9 @@ fetched.
 
 The formula is expanded term by term, most valuable first (a term is either held, lowering what the
 rest must reach, or not). Its size is capped: past :data:`MAX_LEAVES` lexemes, a branch is replaced
-by "holds any of the remaining terms", which every chunk of that branch satisfies, so the gate only
-ever lets more chunks through than the exact condition, never fewer.
+by "holds one of the next terms, up to where the terms after them could no longer reach the rest"
+(MaxScore's split), which every chunk of that branch satisfies, so the gate only ever lets more
+chunks through than the exact condition, never fewer.
 """
 
 from __future__ import annotations
@@ -55,8 +56,13 @@ def reaching(bounds: Sequence[tuple[str, float]], floor: float) -> str | None:
         if rest[i] < need:
             return False
         if leaves[0] >= MAX_LEAVES:
-            leaves[0] += len(lexemes) - i
-            return "(" + " | ".join(lexemes[i:]) + ")"
+            # widen: the chunk must hold one of the terms i..j, where the terms after j cannot reach
+            # ``need`` without them (the MaxScore split of the remaining terms)
+            j = i
+            while rest[j + 1] >= need:
+                j += 1
+            leaves[0] += j + 1 - i
+            return lexemes[i] if j == i else "(" + " | ".join(lexemes[i : j + 1]) + ")"
         leaves[0] += 1
         held = expand(i + 1, need - values[i])
         with_term = lexemes[i] if held is True else f"{lexemes[i]} & {held}" if held is not False else False

@@ -139,4 +139,3 @@ def _documents(hits: list[Hit]) -> list[DocumentHit]:
             )
         )
     return documents
-
