@@ -217,17 +217,30 @@ async def _floor(
 
 
 def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]) -> str:
-    """``(lexeme, idf, avgdl, df)`` per distinct query lexeme, over the statistics the caller may see."""
+    """``(lexeme, idf, avgdl, df)`` per distinct query lexeme, over the statistics the caller may see.
+
+    The caller's predicate is tested once per (source, ACL) group, on ``ce_bm25_groups``, and the
+    lexemes' rows are matched to the visible groups by key: with many groups and a caller holding
+    hundreds of principals, testing the ACL overlap on every lexeme's row of every group cost more
+    than the rest of the query. (A group row exists while any of its chunks is current, so every
+    lexeme row with a count has one.)
+    """
     groups = visibility("g", params, **stats_scope)
-    terms_pred = visibility("s", params, **stats_scope)
+    if groups == "TRUE":  # a trusted caller over every source: nothing to match
+        counted = "SELECT coalesce(sum(s.df), 0)::float8 AS df FROM ce_bm25_terms s WHERE s.lexeme = qt.lexeme"
+    else:
+        counted = (
+            "SELECT coalesce(sum(s.df), 0)::float8 AS df FROM ce_bm25_terms s "
+            "JOIN vis ON vis.source_id = s.source_id AND vis.acl = s.acl WHERE s.lexeme = qt.lexeme"
+        )
     return (
         f"WITH qt AS (SELECT DISTINCT x AS lexeme FROM unnest({terms}) x), "
-        "tot AS (SELECT coalesce(sum(g.chunks), 0)::float8 AS n, "
-        "greatest(coalesce(sum(g.tokens), 0)::float8 / greatest(coalesce(sum(g.chunks), 0), 1), 1) AS avgdl "
-        f"FROM ce_bm25_groups g WHERE {groups}) "
+        f"vis AS MATERIALIZED (SELECT g.source_id, g.acl, g.chunks, g.tokens FROM ce_bm25_groups g WHERE {groups}), "
+        "tot AS (SELECT coalesce(sum(vis.chunks), 0)::float8 AS n, "
+        "greatest(coalesce(sum(vis.tokens), 0)::float8 / greatest(coalesce(sum(vis.chunks), 0), 1), 1) AS avgdl "
+        "FROM vis) "
         "SELECT qt.lexeme, ln(1 + (tot.n - d.df + 0.5) / (d.df + 0.5)) AS idf, tot.avgdl, d.df FROM qt CROSS JOIN tot "
-        "CROSS JOIN LATERAL (SELECT coalesce(sum(s.df), 0)::float8 AS df FROM ce_bm25_terms s "
-        f"WHERE s.lexeme = qt.lexeme AND {terms_pred}) d ORDER BY qt.lexeme"
+        f"CROSS JOIN LATERAL ({counted}) d ORDER BY qt.lexeme"
     )
 
 
