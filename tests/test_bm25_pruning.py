@@ -71,6 +71,7 @@ async def ranked(
     *,
     bound_depth: int = bm25.BOUND_DEPTH,
     match: str = "any",
+    visible_first_share: float = 0.0,
 ) -> tuple[list[tuple[int, float]], dict[str, Any]]:
     params: dict[str, Any] = {"lx_cfg": "english", "limit": limit}
     tsquery = lexical.tsquery_sql(query, match=match, params=params)
@@ -92,6 +93,7 @@ async def ranked(
             report=report,
             strategy=strategy,
             prune_from=0,  # prune however small the corpus
+            visible_first_share=visible_first_share,
         )
     return rows, report
 
@@ -112,6 +114,7 @@ PASSES_SEEN: set[str] = set()
     limit=st.sampled_from([1, 3, 10, 40]),
     depth=st.sampled_from([1, 2, bm25.BOUND_DEPTH]),
     match=st.sampled_from(["any", "all"]),
+    visible_first=st.booleans(),
 )
 async def test_pruned_answer_equals_scoring_every_candidate(
     corpus_engine: ContextEngine,
@@ -121,12 +124,17 @@ async def test_pruned_answer_equals_scoring_every_candidate(
     limit: int,
     depth: int,
     match: str,
+    visible_first: bool,
 ) -> None:
     db = await corpus_engine.database()
     query = " ".join(words) + (f" -{negated}" if negated else "")
     caller = None if principals is None else tuple(sorted(principals))
     expected, full = await ranked(db, query, caller, limit, "full", match=match)
-    found, report = await ranked(db, query, caller, limit, "pruned", bound_depth=depth, match=match)
+    # a share of 1.0 reads every caller's candidates from their own rows first, 0.0 from the postings
+    share = 1.0 if visible_first else 0.0
+    found, report = await ranked(
+        db, query, caller, limit, "pruned", bound_depth=depth, match=match, visible_first_share=share
+    )
     assert_same(found, expected)
     assert full["pass"] == "full" and full["scored"] == full["candidates"] >= len(expected)
     assert report["pass"] in {"pruned", "bounded", "full"}
