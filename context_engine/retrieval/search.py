@@ -139,3 +139,4 @@ def _documents(hits: list[Hit]) -> list[DocumentHit]:
             )
         )
     return documents
+
