@@ -30,10 +30,12 @@ async def fts_leg(
     bm25_k1: float = 1.2,
     bm25_b: float = 0.75,
     report: dict[str, Any] | None = None,
+    strategy: str = "pruned",
 ) -> list[tuple[int, float]]:
     """Full-text candidates: ``match`` picks the chunks, ``rank`` orders them.
 
-    ``report`` (BM25 only) receives how the ranking was done: see :func:`bm25.rank`.
+    ``report`` (BM25 only) receives how the ranking was done, and ``strategy`` (BM25 only) picks how
+    the top rows are found (the answer is the same): see :func:`bm25.rank`.
 
     ``rank`` is ``bm25`` (Okapi BM25 in SQL over statistics the caller may see, see
     :mod:`context_engine.retrieval.bm25`), ``ts_rank_cd`` (proximity) or ``ts_rank`` (frequency);
@@ -57,6 +59,7 @@ async def fts_leg(
                 limit=limit,
                 report=report,
                 as_of=scope.as_of,
+                strategy=strategy,
             )
     rank_fn = "ts_rank_cd" if rank == "ts_rank_cd" else "ts_rank"
     # MATERIALIZED: build the tsquery once; inlined, unaccent (only stable) re-runs per row

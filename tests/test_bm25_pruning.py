@@ -1,0 +1,216 @@
+"""The pruned BM25 pass answers exactly what scoring every candidate answers (ids, scores, order),
+for random queries, callers and depths, and it says which pass it took when its shortcuts fail."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from context_engine import ContextEngine
+from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.retrieval import bm25, bm25_gate, lexical
+from context_engine.storage.predicates import ReadScope
+from tests.conftest import make_config
+
+GROUPS = ("g1", "g2", "g3", "g4")
+#: a Zipf-like corpus: the first words are in most chunks, the last in a few
+WORDS = (
+    "cell protein gene expression tumor patient receptor signal pathway mouse brain insulin "
+    "kinase neuron plasma vaccine zebrafish telomere prion ribosome"
+).split()
+
+
+class WordEmbedder(Embedder):
+    """Hashed bag-of-words vectors: the ingest path runs whole, with no model to load."""
+
+    provider, model, dim, max_input_tokens = "test", "words", 16, 512
+
+    async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
+        out = []
+        for body in texts:
+            vec = [0.0] * self.dim
+            for word in body.lower().split():
+                vec[int(hashlib.sha256(word.encode()).hexdigest(), 16) % self.dim] += 1.0
+            out.append(vec)
+        return out
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+async def corpus_engine(pg_base_url: str) -> AsyncIterator[ContextEngine]:
+    """160 documents of Zipf-drawn words, a quarter public, the rest under one or two groups."""
+    from tests.test_conformance import fresh_database
+
+    rng = random.Random(19)
+    weights = [1 / (rank + 1) for rank in range(len(WORDS))]
+    with fresh_database(pg_base_url) as url:
+        async with ContextEngine(make_config(url), embedder=WordEmbedder()) as engine:
+            for i in range(160):
+                body = " ".join(rng.choices(WORDS, weights, k=rng.randint(3, 30)))
+                acl = [] if i % 4 == 0 else sorted(set(rng.sample(GROUPS, rng.randint(1, 2))))
+                await engine.ingest(text=f"{body}.", name=f"d{i}.md", acl=acl)
+            yield engine
+
+
+async def ranked(
+    db: AsyncEngine,
+    query: str,
+    principals: tuple[str, ...] | None,
+    limit: int,
+    strategy: str,
+    *,
+    bound_depth: int = bm25.BOUND_DEPTH,
+    match: str = "any",
+    visible_first_share: float = 0.0,
+) -> tuple[list[tuple[int, float]], dict[str, Any]]:
+    params: dict[str, Any] = {"lx_cfg": "english", "limit": limit}
+    tsquery = lexical.tsquery_sql(query, match=match, params=params)
+    assert tsquery is not None
+    scope = ReadScope(principals)
+    report: dict[str, Any] = {}
+    async with db.connect() as conn:
+        rows = await bm25.rank(
+            conn,
+            tsquery=tsquery,
+            terms=lexical.terms_sql(params),
+            chunk_predicate=scope.predicate("c", params),
+            stats_scope={"principals": principals, "source_ids": None},
+            params=params,
+            k1=1.2,
+            b=0.75,
+            limit=limit,
+            bound_depth=bound_depth,
+            report=report,
+            strategy=strategy,
+            prune_from=0,  # prune however small the corpus
+            visible_first_share=visible_first_share,
+        )
+    return rows, report
+
+
+def assert_same(found: list[tuple[int, float]], expected: list[tuple[int, float]]) -> None:
+    assert [cid for cid, _ in found] == [cid for cid, _ in expected]
+    assert [score for _, score in found] == pytest.approx([score for _, score in expected], rel=1e-9)
+
+
+PASSES_SEEN: set[str] = set()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(
+    words=st.lists(st.sampled_from([*WORDS, "absentword"]), min_size=1, max_size=7),
+    negated=st.one_of(st.none(), st.sampled_from(WORDS)),
+    principals=st.one_of(st.none(), st.frozensets(st.sampled_from(GROUPS), max_size=3)),
+    limit=st.sampled_from([1, 3, 10, 40]),
+    depth=st.sampled_from([1, 2, bm25.BOUND_DEPTH]),
+    match=st.sampled_from(["any", "all"]),
+    visible_first=st.booleans(),
+)
+async def test_pruned_answer_equals_scoring_every_candidate(
+    corpus_engine: ContextEngine,
+    words: list[str],
+    negated: str | None,
+    principals: frozenset[str] | None,
+    limit: int,
+    depth: int,
+    match: str,
+    visible_first: bool,
+) -> None:
+    db = await corpus_engine.database()
+    query = " ".join(words) + (f" -{negated}" if negated else "")
+    caller = None if principals is None else tuple(sorted(principals))
+    expected, full = await ranked(db, query, caller, limit, "full", match=match)
+    # a share of 1.0 reads every caller's candidates from their own rows first, 0.0 from the postings
+    share = 1.0 if visible_first else 0.0
+    found, report = await ranked(
+        db, query, caller, limit, "pruned", bound_depth=depth, match=match, visible_first_share=share
+    )
+    assert_same(found, expected)
+    assert full["pass"] == "full" and full["scored"] == full["candidates"] >= len(expected)
+    assert report["pass"] in {"pruned", "bounded", "full"}
+    assert report["scored"] <= report["candidates"]
+    PASSES_SEEN.add(report["pass"])
+
+
+def test_every_pass_was_taken_by_the_random_queries() -> None:
+    """The property above exercised each branch (it runs first in this module)."""
+    assert PASSES_SEEN == {"pruned", "bounded", "full"}, PASSES_SEEN
+
+
+async def test_gate_reads_fewer_candidates_and_keeps_the_answer(corpus_engine: ContextEngine) -> None:
+    db = await corpus_engine.database()
+    query = "cell protein gene telomere prion"
+    expected, full = await ranked(db, query, None, 3, "full")
+    found, report = await ranked(db, query, None, 3, "pruned")
+    assert_same(found, expected)
+    assert report["pass"] == "pruned" and report["scored"] == report["candidates"]
+    assert report["candidates"] < full["candidates"]  # the gate kept chunks out
+
+
+async def test_no_floor_falls_back_to_the_bounded_pass_then_to_the_full_one(corpus_engine: ContextEngine) -> None:
+    """Without a floor (the rarest term the caller can see is the only one, so a seed would read
+    everything) nothing is gated: the bounded pass runs, and when its proof fails (one row scored
+    cannot prove a top 10) every candidate is scored. Each step says so, and the answer holds."""
+    db = await corpus_engine.database()
+    query = "cell absentword"
+    expected, _ = await ranked(db, query, None, 10, "full")
+    found, report = await ranked(db, query, None, 10, "pruned")
+    assert_same(found, expected)
+    assert report["pass"] == "bounded"
+    found, report = await ranked(db, query, None, 10, "pruned", bound_depth=0)
+    assert_same(found, expected)
+    assert report["pass"] == "full" and report["scored"] == report["candidates"] > 10
+
+
+def test_gate_spells_which_term_sets_reach_the_floor() -> None:
+    bounds = [("rare", 5.0), ("mid", 3.0), ("common", 1.0)]
+    assert bm25_gate.reaching(bounds, 4.0) == "('rare' | 'mid' & 'common')"
+    assert bm25_gate.reaching(bounds, 5.0) == "'rare'"  # mid + common = 4 cannot reach 5
+    assert bm25_gate.reaching(bounds, 6.0) == "'rare' & ('mid' | 'common')"
+    assert bm25_gate.reaching(bounds, 0.0) is None  # no floor: no gate
+    assert bm25_gate.reaching(bounds, 100.0) is None  # unreachable: prune nothing rather than everything
+    assert bm25_gate.reaching([("it's", 2.0), ("a\\b", 2.0)], 3.0) == "'a\\\\b' & 'it''s'"
+
+
+async def test_capped_gate_only_widens(corpus_engine: ContextEngine) -> None:
+    """Past the leaf cap a branch becomes "any remaining term": every set of terms that reaches the
+    floor still matches the gate, checked by PostgreSQL for all 16,384 subsets of 14 terms."""
+    rng = random.Random(3)
+    lexemes = [f"t{i}" for i in range(14)]
+    bounds = [(lex, rng.uniform(0.5, 6.0)) for lex in lexemes]
+    floor = sum(b for _, b in bounds) / 3
+    gate = bm25_gate.reaching(bounds, floor)
+    assert gate is not None and gate.count("'") // 2 > bm25_gate.MAX_LEAVES
+    reaching, short = [], []
+    for mask in range(1, 1 << len(lexemes)):
+        held = [lex for i, (lex, _) in enumerate(bounds) if mask >> i & 1]
+        total = sum(b for i, (_, b) in enumerate(bounds) if mask >> i & 1)
+        (reaching if total >= floor else short).append(" ".join(held))
+    db = await corpus_engine.database()
+    async with db.connect() as conn:
+        missed = await conn.scalar(
+            text(
+                "SELECT count(*) FROM unnest(CAST(:held AS text[])) h "
+                "WHERE NOT (CAST(h AS tsvector) @@ CAST(:gate AS tsquery))"
+            ),
+            {"held": reaching, "gate": gate},
+        )
+        widened = await conn.scalar(
+            text(
+                "SELECT count(*) FROM unnest(CAST(:held AS text[])) h "
+                "WHERE CAST(h AS tsvector) @@ CAST(:gate AS tsquery)"
+            ),
+            {"held": short, "gate": gate},
+        )
+    assert missed == 0
+    assert 0 < widened < len(short)  # the cap lets some short sets through, not all of them
