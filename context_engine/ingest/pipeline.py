@@ -197,6 +197,19 @@ def reopen(source: Source, start: int) -> Source:
     return source
 
 
+def chunk_row(position: int, chunk: Chunk) -> repo.ChunkRow:
+    """The stored row of a chunk: its text hash is of the normalised text (what vector reuse matches on)."""
+    return repo.ChunkRow(
+        position=position,
+        text=chunk.text,
+        text_hash=hashlib.sha256(normalise(chunk.text).encode()).hexdigest(),
+        section=chunk.section,
+        page=chunk.page,
+        kind=chunk.kind,
+        meta=chunk.meta,
+    )
+
+
 class _SourceChanged(Exception):
     """The second extraction pass did not give the chunks the first one counted and hashed."""
 
@@ -223,17 +236,7 @@ async def _row_slices(
                 if position:
                     digest.update(b"\n\n")
                 digest.update(c.text.encode("utf-8"))
-                rows.append(
-                    repo.ChunkRow(
-                        position=position,
-                        text=c.text,
-                        text_hash=hashlib.sha256(normalise(c.text).encode()).hexdigest(),
-                        section=c.section,
-                        page=c.page,
-                        kind=c.kind,
-                        meta=c.meta,
-                    )
-                )
+                rows.append(chunk_row(position, c))
                 position += 1
             yield rows
     except (ExtractionFailed, IngestTooLarge) as exc:
@@ -333,7 +336,7 @@ class Ingestor:
         except ExtractionFailed as exc:
             if name is None:  # nothing was read to name it by: each failed attempt is its own record
                 report.name = f"{UNNAMED}-{uuid.uuid4().hex[:16]}"
-            return await self._fail_new(share, report, mime, acl, attributes, exc.reason, str(exc), caller)
+            return await self.record_failed(share, report, mime, acl, attributes, exc.reason, str(exc), caller)
         if name is None:
             name = report.name = unnamed_name(prepared.content_hash, acl)
         report.mime, report.pages, report.pages_source = (
@@ -352,7 +355,7 @@ class Ingestor:
                 f"chunk {prepared.too_large[0]} is larger than the embedding model's per-input cap of "
                 f"{embedder.max_input_tokens} tokens"
             )
-            return await self._fail_new(
+            return await self.record_failed(
                 share, report, prepared.mime, acl, attributes, "input_too_large", message, caller
             )
 
@@ -379,8 +382,8 @@ class Ingestor:
                 existing = await repo.find_by_identity(conn, source_id, name)
                 if existing is not None and not await self._visible_in(conn, str(existing["id"]), caller):
                     raise NameTaken()  # the same answer as renaming onto a taken name: nothing about the hidden one
-                if existing is not None and _unchanged(existing, prepared.content_hash):
-                    return _skipped_unchanged(report, existing)
+                if existing is not None and is_unchanged(existing, prepared.content_hash):
+                    return skipped_unchanged(report, existing)
                 if existing is not None and existing["leased"]:
                     return busy
                 # one writer per identity; the lock ends with this transaction
@@ -388,8 +391,8 @@ class Ingestor:
                     return busy
                 # re-read under the lock: another run may have finished since the first read
                 existing = await repo.find_by_identity(conn, source_id, name, for_update=True)
-                if existing is not None and _unchanged(existing, prepared.content_hash):
-                    return _skipped_unchanged(report, existing)
+                if existing is not None and is_unchanged(existing, prepared.content_hash):
+                    return skipped_unchanged(report, existing)
                 if existing is not None and existing["leased"]:
                     return busy
                 meta = dict(prepared.meta)
@@ -423,7 +426,7 @@ class Ingestor:
                     opened, missing = await repo.write_document(conn, head, slices, **write, **lease)
                     reused = prepared.chunk_count - missing
         except _SourceChanged as exc:
-            return await self._fail_new(
+            return await self.record_failed(
                 share, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), None
             )
         report = report.model_copy(
@@ -518,7 +521,7 @@ class Ingestor:
         try:
             if pending is not None:  # the rows just written: their ids and texts are at hand
                 page_rows: list[tuple[int, int, str | None]] = [(cid, position, None) for cid, position in pending]
-                items = await asyncio.to_thread(_page_items, page_rows, texts, embedder.count_tokens)
+                items = await asyncio.to_thread(page_items, page_rows, texts, embedder.count_tokens)
                 await batching.run(
                     embedder,
                     items,
@@ -537,7 +540,7 @@ class Ingestor:
                     break
                 after = page[-1][1]
                 # counting a page's tokens is CPU work (a tokenizer pass per chunk): off the event loop
-                items = await asyncio.to_thread(_page_items, page, texts, embedder.count_tokens)
+                items = await asyncio.to_thread(page_items, page, texts, embedder.count_tokens)
                 del page
                 # the cap starts where the last page left it (a halving holds for the whole document)
                 await batching.run(
@@ -666,7 +669,7 @@ class Ingestor:
                 reports.append(await self._embed_pending(share, base, holder))
         return reports
 
-    async def _fail_new(
+    async def record_failed(
         self,
         share: IngestShare,
         base: DocumentReport,
@@ -724,7 +727,7 @@ class Ingestor:
             return await repo.get_document(share.pool, document_id, ReadScope(caller), with_text=False) is not None
 
 
-def _page_items(
+def page_items(
     page: list[tuple[int, int, str | None]], texts: list[str] | None, count_tokens: Callable[[str], int]
 ) -> list[batching.Item]:
     """The embedding inputs of a page of pending rows: their texts (held, or as read) and token counts."""
@@ -736,11 +739,11 @@ def _page_items(
     return items
 
 
-def _unchanged(existing: dict[str, Any], content_hash: str) -> bool:
+def is_unchanged(existing: dict[str, Any], content_hash: str) -> bool:
     return existing["content_hash"] == content_hash and existing["status"] == "completed"
 
 
-def _skipped_unchanged(report: DocumentReport, existing: dict[str, Any]) -> DocumentReport:
+def skipped_unchanged(report: DocumentReport, existing: dict[str, Any]) -> DocumentReport:
     return report.model_copy(
         update={
             "document_id": str(existing["id"]),
