@@ -29,7 +29,15 @@ from context_engine.hooks import Hooks
 from context_engine.ingest import many
 from context_engine.ingest.pipeline import Ingestor, open_source
 from context_engine.knowledge.models import AgentLinks, KnowledgeResult
-from context_engine.limits import INGEST_MANY_MAX, KNOWLEDGE_TOP_K_MAX, MAX_COMPRESS_TOKENS, MAX_QUERY_CHARS
+from context_engine.limits import (
+    INGEST_MANY_MAX,
+    KNOWLEDGE_TOP_K_MAX,
+    MAX_ATTRIBUTES_DEPTH,
+    MAX_COMPRESS_TOKENS,
+    MAX_NAME_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_SOURCE_ID_CHARS,
+)
 from context_engine.models import (
     FAILURE_MESSAGES,
     Document,
@@ -53,6 +61,7 @@ from context_engine.revisions.models import DocumentVersion, VacuumReport
 from context_engine.services import HttpClientFactory, Services
 from context_engine.storage import repository as repo
 from context_engine.storage.predicates import ReadScope
+from context_engine.validation import check_json_object, check_text
 
 log = logging.getLogger("context_engine")
 
@@ -339,8 +348,13 @@ class ContextEngine:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise InvalidRequest("name must be a non-empty string")
         attributes = fields.get("attributes")
-        if attributes is not None and not isinstance(attributes, dict):
-            raise InvalidRequest("attributes must be an object")
+        if attributes is not None:  # what the database would refuse, refused here for this document alone
+            attributes = check_json_object(attributes, "attributes", MAX_ATTRIBUTES_DEPTH)
+        if isinstance(text, str):
+            check_text(text, "text")
+        if name is not None:
+            check_text(name, "name", MAX_NAME_CHARS)
+        check_text(source_id, "source_id", MAX_SOURCE_ID_CHARS)
         source, name = open_source(text, file, name, self.config.ingest.max_file_bytes)
         scrub = self._scrubber()
         name = scrub.text(name) if name is not None else None

@@ -248,6 +248,18 @@ async def test_a_bad_call_is_refused_whole(engine: ContextEngine) -> None:
     assert (await engine.stats(principals=TRUSTED)).documents == 0
 
 
+async def test_what_the_database_would_refuse_is_refused_for_that_document_alone(engine: ContextEngine) -> None:
+    report = await engine.ingest_many(
+        [
+            {"text": "A good note.", "name": "good"},
+            {"text": "A bad attribute.", "name": "bad", "attributes": {"k": "nul \x00 here"}},
+            {"text": "A bad name.", "name": "nul \x00 name"},
+        ]
+    )
+    assert _statuses(report) == ["completed", "invalid_request", "invalid_request"]
+    assert [d.name for d in (await engine.list_documents(principals=TRUSTED)).documents] == ["good"]
+
+
 # ------------------------------------------------------------------------------------- the route
 def _transcript(adapter: str, pg_base_url: str) -> dict[str, Any]:
     with fresh_database(pg_base_url) as url:

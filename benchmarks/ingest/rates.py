@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import StandInEmbedder, TimedEmbedder, engine_config, load, paragraph, write_csv
 
-from context_engine import ContextEngine
+from context_engine import TRUSTED, ContextEngine
 from context_engine.embeddings.local import LocalEmbedder
 from context_engine.ingest.pipeline import chunk_stream, prepare
 from context_engine.storage import embedded
@@ -118,7 +118,7 @@ async def measure(url: str, args: argparse.Namespace, csv_path: Path) -> None:
     rng = random.Random(7)
     singles, many = notes(rng, args.docs, "single"), notes(rng, args.docs, "batch")
     async with ContextEngine(engine_config(url), embedder=embedder) as engine:
-        await engine.stats()
+        await engine.stats(principals=TRUSTED)
         await embedder.embed(["warm up the tokenizer"])
         out(f"before: {load()}")
         out("| input | size | s | s in the embedder | rate without the embedding time | note | outcome |")

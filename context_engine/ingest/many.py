@@ -154,6 +154,9 @@ class BatchIngestor:
             return await single(entry)
         except ContextEngineError as exc:
             return exc
+        except Exception:  # a fault of this document alone must not lose the others' reports
+            log.exception("ingest of document %d of a batch failed", entry.index)
+            return ContextEngineError("the document could not be stored")
 
     async def _write_wave(
         self, entries: list[Entry], caller: tuple[str, ...] | None, single: SingleRun
@@ -162,16 +165,20 @@ class BatchIngestor:
             return {}
         share = share_for(await self.services.db(), self.services.config.storage)
         holder = str(uuid.uuid4())
+        failed = False
         async with share.run():
             try:
                 results, written = await self._write(share, entries, caller, holder)
             except _WaveFailed:
-                log.warning("a batch write failed; its %d documents are ingested one at a time", len(entries))
-                fallback = await asyncio.gather(*(self._guarded(e, single) for e in entries))
-                return {e.index: r for e, r in zip(entries, fallback, strict=True)}
-            if written:
-                for w in await self._embed(share, written, holder):
-                    results[w.entry.index] = w.report
+                failed = True
+            else:
+                if written:
+                    for w in await self._embed(share, written, holder):
+                        results[w.entry.index] = w.report
+        if failed:  # outside the run slot: each single ingest takes its own
+            log.warning("a batch write failed; its %d documents are ingested one at a time", len(entries))
+            fallback = await asyncio.gather(*(self._guarded(e, single) for e in entries))
+            return {e.index: r for e, r in zip(entries, fallback, strict=True)}
         return results
 
     async def _write(
