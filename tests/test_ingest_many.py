@@ -20,7 +20,9 @@ from tests.test_conformance import ADAPTERS, CLIENTS, Caller, HostLog, fresh_dat
 DIM = 8
 
 
-def _config(database_url: str, server: FakeHTTPServer, **overrides: Any) -> Any:
+def _config(
+    database_url: str, server: FakeHTTPServer, *, batch_items: int = 64, concurrency: int = 1, **overrides: Any
+) -> Any:
     embedding = {
         "provider": "custom",
         "base_url": server.url("/v1"),
@@ -28,8 +30,8 @@ def _config(database_url: str, server: FakeHTTPServer, **overrides: Any) -> Any:
         "dim": DIM,
         "api_key": "test-key",
         "max_retries": 0,
-        "max_concurrency": 1,
-        "max_batch_items": 64,
+        "max_concurrency": concurrency,
+        "max_batch_items": batch_items,
     }
     return make_config(database_url, embedding=embedding, **overrides)
 
@@ -111,6 +113,27 @@ async def test_a_name_given_twice_in_one_batch_is_written_in_order(engine: Conte
     assert doc.text == "The second wording of the travel policy."
     old = await engine.get_document(first.document_id, principals=TRUSTED, as_of=first.revision)  # type: ignore[arg-type]
     assert old.text == "The first wording of the travel policy."
+
+
+async def test_documents_whose_chunks_span_concurrent_batches_complete_with_their_progress(
+    database_url: str,
+    fake_http_server: FakeHTTPServer,  # noqa: F811
+) -> None:
+    fake_http_server.route("POST", "/v1/embeddings", fake_openai_embeddings(DIM))
+    config = _config(database_url, fake_http_server, batch_items=2, concurrency=3)
+    sections = [
+        "\n\n".join(f"# Part {p} of {d}\n\nParagraph {p} of document {d} in plain words." for p in range(3))
+        for d in range(5)
+    ]
+    async with ContextEngine(config) as engine:
+        report = await engine.ingest_many([{"text": body, "name": f"doc-{d}"} for d, body in enumerate(sections)])
+        assert _statuses(report) == ["completed"] * 5
+        assert sorted(len(r) for r in _requests(fake_http_server)) == [1] + [2] * 7
+        for item in report.items:
+            assert item.report is not None and item.report.chunks == 3
+            doc = await engine.get_document(item.report.document_id, principals=TRUSTED)  # type: ignore[arg-type]
+            assert doc.status == "completed"
+            assert (doc.meta["embedding_progress"]["done"], doc.meta["embedding_progress"]["total"]) == (3, 3)
 
 
 async def test_names_held_by_stored_documents(engine: ContextEngine) -> None:

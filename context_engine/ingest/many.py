@@ -291,27 +291,32 @@ class BatchIngestor:
             for cid, _ in w.pending:
                 by_chunk[cid] = w
             items += page_items([(cid, position, None) for cid, position in w.pending], texts, embedder.count_tokens)
-        by_id = {w.report.document_id: w for w in written}
-        open_ids = {w.report.document_id for w in written}
+        by_id = {str(w.report.document_id): w for w in written}
+        open_ids = {str(w.report.document_id) for w in written}
         storing = asyncio.Lock()
 
         async def store(batch: list[batching.Item], vectors: list[list[float]]) -> None:
-            touched: dict[str, _Written] = {}
-            for item in batch:
-                w = by_chunk[item.key]
-                w.progress["done"] += 1
-                w.progress["tokens"] += item.tokens
-                touched[str(w.report.document_id)] = w
-            done = {d: w.progress for d, w in touched.items() if w.progress["done"] >= w.progress["total"]}
-            moving = {d: w.progress for d, w in touched.items() if d not in done}
-            async with storing, share.begin() as conn:
-                held = await repo.renew_leases(conn, list(touched), holder, seconds)
-                if held != set(touched):
-                    raise _LeaseLostMany(set(touched) - held)
-                await repo.store_vectors(conn, [i.key for i in batch], vectors, embedder.key)
-                await repo.set_progress_many(conn, moving)
-                await repo.finish_many(conn, done, holder)
-            open_ids.difference_update(done)
+            # counted and written under one lock, so the batch that carries a document's last vector is
+            # the one that completes it; the counts are kept only once the transaction committed
+            async with storing:
+                after: dict[str, dict[str, int]] = {}
+                for item in batch:
+                    w = by_chunk[item.key]
+                    progress = after.setdefault(str(w.report.document_id), dict(w.progress))
+                    progress["done"] += 1
+                    progress["tokens"] += item.tokens
+                done = {d: p for d, p in after.items() if p["done"] >= p["total"]}
+                moving = {d: p for d, p in after.items() if d not in done}
+                async with share.begin() as conn:
+                    held = await repo.renew_leases(conn, list(after), holder, seconds)
+                    if held != set(after):
+                        raise _LeaseLostMany(set(after) - held)
+                    await repo.store_vectors(conn, [i.key for i in batch], vectors, embedder.key)
+                    await repo.set_progress_many(conn, moving)
+                    await repo.finish_many(conn, done, holder)
+                for doc_id, progress in after.items():
+                    by_id[doc_id].progress = progress
+                open_ids.difference_update(done)
 
         max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
         stats = batching.RunStats(item_cap=max_items)
