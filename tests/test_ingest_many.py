@@ -283,6 +283,33 @@ async def test_what_the_database_would_refuse_is_refused_for_that_document_alone
     assert [d.name for d in (await engine.list_documents(principals=TRUSTED)).documents] == ["good"]
 
 
+async def test_a_wave_the_database_refuses_is_ingested_one_document_at_a_time(engine: ContextEngine) -> None:
+    """A statement-level trigger (real SQL, nothing of ours replaced) refuses any insert of more than one
+    document row at once: the wave's transaction fails whole and each document takes the single path."""
+    await engine.stats(principals=TRUSTED)  # migrated
+    db = await engine.database()
+    async with db.begin() as conn:
+        await conn.execute(
+            text(
+                "CREATE FUNCTION refuse_many() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF (SELECT count(*) FROM new_rows) > 1 THEN RAISE EXCEPTION 'one at a time'; END IF; "
+                "RETURN NULL; END $$"
+            )
+        )
+        await conn.execute(
+            text(
+                "CREATE TRIGGER refuse_many AFTER INSERT ON ce_documents REFERENCING NEW TABLE AS new_rows "
+                "FOR EACH STATEMENT EXECUTE FUNCTION refuse_many()"
+            )
+        )
+    report = await engine.ingest_many([{"text": f"Harbour note {i}.", "name": f"h{i}"} for i in range(3)])
+    assert _statuses(report) == ["completed"] * 3
+    revisions = [i.report.revision for i in report.items if i.report is not None]
+    assert len(set(revisions)) == 3
+    stats = await engine.stats(principals=TRUSTED)
+    assert (stats.documents, stats.chunks) == (3, 3)
+
+
 # ------------------------------------------------------------------------------------- the route
 def _transcript(adapter: str, pg_base_url: str) -> dict[str, Any]:
     with fresh_database(pg_base_url) as url:
