@@ -336,7 +336,7 @@ class Ingestor:
         except ExtractionFailed as exc:
             if name is None:  # nothing was read to name it by: each failed attempt is its own record
                 report.name = f"{UNNAMED}-{uuid.uuid4().hex[:16]}"
-            return await self.record_failed(share, report, mime, acl, attributes, exc.reason, str(exc), caller)
+            return await self._fail_new(share, report, mime, acl, attributes, exc.reason, str(exc), caller)
         if name is None:
             name = report.name = unnamed_name(prepared.content_hash, acl)
         report.mime, report.pages, report.pages_source = (
@@ -355,7 +355,7 @@ class Ingestor:
                 f"chunk {prepared.too_large[0]} is larger than the embedding model's per-input cap of "
                 f"{embedder.max_input_tokens} tokens"
             )
-            return await self.record_failed(
+            return await self._fail_new(
                 share, report, prepared.mime, acl, attributes, "input_too_large", message, caller
             )
 
@@ -426,7 +426,7 @@ class Ingestor:
                     opened, missing = await repo.write_document(conn, head, slices, **write, **lease)
                     reused = prepared.chunk_count - missing
         except _SourceChanged as exc:
-            return await self.record_failed(
+            return await self._fail_new(
                 share, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), None
             )
         report = report.model_copy(
@@ -669,7 +669,7 @@ class Ingestor:
                 reports.append(await self._embed_pending(share, base, holder))
         return reports
 
-    async def record_failed(
+    async def _fail_new(
         self,
         share: IngestShare,
         base: DocumentReport,
