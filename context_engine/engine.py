@@ -11,7 +11,7 @@ import copy
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,16 +26,28 @@ from context_engine.errors import (
     NotFound,
 )
 from context_engine.hooks import Hooks
+from context_engine.ingest import many
 from context_engine.ingest.batch_embedding import batch_client
 from context_engine.ingest.batch_poll import BatchOutcome, poll_batches
 from context_engine.ingest.pipeline import Ingestor, open_source
 from context_engine.knowledge.models import AgentLinks, KnowledgeResult
-from context_engine.limits import KNOWLEDGE_TOP_K_MAX, MAX_COMPRESS_TOKENS, MAX_QUERY_CHARS
+from context_engine.limits import (
+    INGEST_MANY_MAX,
+    KNOWLEDGE_TOP_K_MAX,
+    MAX_ATTRIBUTES_DEPTH,
+    MAX_COMPRESS_TOKENS,
+    MAX_NAME_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_SOURCE_ID_CHARS,
+)
 from context_engine.models import (
     FAILURE_MESSAGES,
     Document,
     DocumentPage,
     DocumentReport,
+    IngestManyError,
+    IngestManyItem,
+    IngestManyReport,
     IngestReport,
     SearchResult,
     Stats,
@@ -52,6 +64,7 @@ from context_engine.services import Consistency, HttpClientFactory, Services
 from context_engine.storage import repository as repo
 from context_engine.storage import stored_text
 from context_engine.storage.predicates import ReadScope
+from context_engine.validation import check_json_object, check_text
 
 log = logging.getLogger("context_engine")
 
@@ -303,6 +316,100 @@ class ContextEngine:
         that ended without every vector leaves its document in ``embedding`` (``batch_failed``), for
         ``resume_embeddings`` or a new batch ingest. An operator's call: it reads every source."""
         return await poll_batches(self.services, self._scrubber().text)
+
+    # ------------------------------------------------------------------ ingest_many
+    async def ingest_many(
+        self, documents: Sequence[Mapping[str, Any]], *, principals: Iterable[str] | object = TRUSTED
+    ) -> IngestManyReport:
+        """Ingest many documents in one call: few transactions, set-based statements, one embedding
+        run for all their chunks. Each document is a mapping with the keywords of :meth:`ingest`
+        (``text`` or ``file``, ``name``, ``source_id``, ``acl``, ``attributes``, ``mime``,
+        ``idempotency_key``). Every rule of ``ingest`` holds per document.
+
+        Answers one item per document, in input order: its report, or the error that refused it
+        (a bad field, an ACL the caller does not hold, a name a hidden document holds, a cap), which
+        fails that document alone. Raises only for a bad call (not a list, more than
+        ``INGEST_MANY_MAX`` documents). A name given twice is written in order, as two calls would be.
+        """
+        if isinstance(documents, str | bytes | Mapping) or not isinstance(documents, Sequence):
+            raise InvalidRequest("documents must be a list of documents")
+        if len(documents) > INGEST_MANY_MAX:
+            raise InvalidRequest(f"at most {INGEST_MANY_MAX} documents may be ingested in one call")
+        caller = resolve(principals)  # type: ignore[arg-type]
+        results: dict[int, DocumentReport | ContextEngineError] = {}
+        entries: list[many.Entry] = []
+        raw: dict[int, dict[str, Any]] = {}
+        for index, document in enumerate(documents):
+            try:
+                raw[index] = _batch_fields(document)
+                entries.append(self._batch_entry(index, raw[index], caller))
+            except ContextEngineError as exc:
+                results[index] = exc
+
+        async def single(entry: many.Entry) -> DocumentReport:
+            fields = dict(raw[entry.index])
+            if fields.get("file") is not None:
+                fields["file"] = entry.source  # already opened (and read back to its start)
+            report = await self.ingest(**fields, principals=principals)
+            return report.documents[0]
+
+        results.update(await many.BatchIngestor(self._ingestor).ingest(entries, caller, single))
+        red = self._redactor(caller, None, None)
+        items = []
+        for index in range(len(documents)):
+            outcome = results[index]
+            if isinstance(outcome, ContextEngineError):
+                error = IngestManyError(code=outcome.code, message=outcome.message, status=outcome.status)
+                items.append(IngestManyItem(index=index, error=error))
+                continue
+            if self.config.ingest.extract_fields and outcome.status in ("completed", "embedding"):
+                await self._extract_after_ingest(outcome.document_id)  # type: ignore[arg-type]
+            outcome.name = red.text(outcome.name) or outcome.name
+            outcome.error = red.text(outcome.error)
+            items.append(IngestManyItem(index=index, report=outcome))
+        return IngestManyReport(items=items, totals=_batch_totals(items))
+
+    def _batch_entry(self, index: int, fields: dict[str, Any], caller: tuple[str, ...] | None) -> many.Entry:
+        """One document of a batch checked as :meth:`ingest` checks it, opened and scrubbed."""
+        text, file = fields.get("text"), fields.get("file")
+        if (text is None) == (file is None):
+            raise InvalidRequest("pass exactly one of text or file")
+        key = fields.get("idempotency_key")
+        if key is not None:
+            idempotency.check_key(key)
+        acl = _clean_acl(fields.get("acl"))
+        if not holds_acl(acl, caller):
+            raise Forbidden("you may only file a document under an ACL you hold")
+        source_id = fields.get("source_id", "default")
+        if not isinstance(source_id, str) or not source_id.strip():
+            raise InvalidRequest("source_id must be a non-empty string")
+        name = fields.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise InvalidRequest("name must be a non-empty string")
+        attributes = fields.get("attributes")
+        if attributes is not None:  # what the database would refuse, refused here for this document alone
+            attributes = check_json_object(attributes, "attributes", MAX_ATTRIBUTES_DEPTH)
+        if isinstance(text, str):
+            check_text(text, "text")
+        if name is not None:
+            check_text(name, "name", MAX_NAME_CHARS)
+        check_text(source_id, "source_id", MAX_SOURCE_ID_CHARS)
+        source, name = open_source(text, file, name, self.config.ingest.max_file_bytes)
+        scrub = self._scrubber()
+        name = scrub.text(name) if name is not None else None
+        mime = fields.get("mime")
+        if text is not None and mime is None:
+            mime = "text/html" if name and name.lower().endswith((".html", ".htm")) else "text/markdown"
+        return many.Entry(
+            index=index,
+            source=source,
+            name=name,
+            source_id=source_id,
+            acl=acl,
+            attributes=scrub.obj(dict(attributes or {})),
+            mime=mime,
+            single=key is not None,
+        )
 
     # ------------------------------------------------------------------ search
     async def search(
@@ -1077,6 +1184,30 @@ def _totals(reports: list[DocumentReport]) -> IngestReport:
         totals[report.status] = totals.get(report.status, 0) + 1
         totals["chunks"] += report.chunks
     return IngestReport(documents=reports, totals=totals)
+
+
+#: the keywords a document of ``ingest_many`` may carry (those of ``ingest`` that describe one document)
+_BATCH_FIELDS = frozenset({"text", "file", "name", "source_id", "acl", "attributes", "mime", "idempotency_key"})
+
+
+def _batch_fields(document: Any) -> dict[str, Any]:
+    if not isinstance(document, Mapping):
+        raise InvalidRequest("each document must be a mapping of ingest's keywords")
+    unknown = sorted(str(k) for k in document if k not in _BATCH_FIELDS)
+    if unknown:
+        raise InvalidRequest(f"unknown document field(s): {', '.join(unknown)}")
+    return dict(document)
+
+
+def _batch_totals(items: list[IngestManyItem]) -> dict[str, int]:
+    totals = {"files": len(items), "completed": 0, "failed": 0, "skipped": 0, "embedding": 0, "refused": 0, "chunks": 0}
+    for item in items:
+        if item.report is None:
+            totals["refused"] += 1
+        else:
+            totals[item.report.status] = totals.get(item.report.status, 0) + 1
+            totals["chunks"] += item.report.chunks
+    return totals
 
 
 def _clean_acl(acl: Sequence[str] | None) -> list[str]:

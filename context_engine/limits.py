@@ -41,5 +41,7 @@ MAX_FILTER_IDS = 1000
 MAX_ATTRIBUTES_DEPTH = 32
 #: how deep any JSON request body may nest
 MAX_JSON_DEPTH = 64
+#: documents in one ``ingest_many`` call (and one ``POST /documents`` list)
+INGEST_MANY_MAX = 1000
 #: a JSON request body, in bytes (uploads are capped by ``ingest.max_file_bytes`` instead)
 MAX_JSON_BODY_BYTES = 8 * 1024 * 1024

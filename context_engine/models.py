@@ -103,6 +103,31 @@ class IngestReport(BaseModel):
     totals: dict[str, int]
 
 
+class IngestManyError(BaseModel):
+    """Why one document of a batch was refused (nothing of it was stored): the code and HTTP status the
+    same refusal of a single ingest answers with."""
+
+    code: str
+    message: str
+    status: int
+
+
+class IngestManyItem(BaseModel):
+    """One document of ``ingest_many``, at its place in the input: a report, or the refusal."""
+
+    index: int
+    report: DocumentReport | None = None
+    error: IngestManyError | None = None
+
+
+class IngestManyReport(BaseModel):
+    """``ingest_many``: one item per input document, in input order; ``totals`` counts statuses
+    (``refused`` counts the errors)."""
+
+    items: list[IngestManyItem]
+    totals: dict[str, int]
+
+
 class Document(BaseModel):
     id: str
     name: str

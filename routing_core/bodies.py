@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from context_engine.limits import MAX_JSON_DEPTH
 from context_engine.validation import check_json_value
 from routing_core.http import HttpError, is_json
-from routing_core.schemas import NOT_BLANK
+from routing_core.schemas import LIST_BODIES, NOT_BLANK, ErrorDetail
 
 
 def too_large(size: int, limit: int) -> HttpError:
@@ -39,6 +39,8 @@ def parse_json_body(raw: bytes, content_type: str | None, model: type[BaseModel]
         raise HttpError(400, "invalid_request", f"the body nests deeper than {MAX_JSON_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise HttpError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    if isinstance(data, list) and model in LIST_BODIES:
+        return parse_list(check_json_value(data, "", MAX_JSON_DEPTH), LIST_BODIES[model], model)
     if not isinstance(data, dict):
         raise HttpError(400, "invalid_request", "the body must be a JSON object")
     return validate(check_json_value(data, "", MAX_JSON_DEPTH), model)
@@ -46,6 +48,24 @@ def parse_json_body(raw: bytes, content_type: str | None, model: type[BaseModel]
 
 #: a boolean form field's words; anything else reaches validation as text and is refused there
 _FORM_BOOLS = {"true": True, "false": False}
+
+
+def parse_list(data: list[Any], list_model: type[BaseModel], model: type[BaseModel]) -> BaseModel:
+    """A JSON list body: each entry validated against ``model`` on its own, an entry that does not
+    validate kept as its error (``invalid_request``), so it is refused alone. An empty list, or one
+    longer than the list model allows, is refused whole."""
+    if not data:
+        raise HttpError(400, "invalid_request", "the list of documents is empty")
+    entries: list[BaseModel] = []
+    for index, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            entries.append(ErrorDetail(code="invalid_request", message=f"{index}: each entry must be a JSON object"))
+            continue
+        try:
+            entries.append(model.model_validate(entry))
+        except ValidationError as exc:
+            entries.append(ErrorDetail(code="invalid_request", message=f"{index}: {describe(exc)}"))
+    return validate({"documents": entries}, list_model)
 
 
 def parse_form_fields(fields: list[tuple[str, str]], model: type[BaseModel]) -> BaseModel:

@@ -17,8 +17,12 @@ from routing_core.call import Call
 from routing_core.http import CoreResponse, HttpError
 from routing_core.schemas import (
     DeletedBody,
+    ErrorDetail,
     IngestFields,
+    IngestListItem,
+    IngestListReport,
     IngestTextBody,
+    IngestTextList,
     KnowledgeQueryBody,
     SearchBody,
     ToolExecuteBody,
@@ -32,7 +36,9 @@ READY_TIMEOUT_SECONDS = 5.0
 
 
 async def ingest(call: Call) -> CoreResponse:
-    """A JSON text or a multipart upload: the same engine call either way."""
+    """A JSON text or a multipart upload: the same engine call either way (a JSON list: ``ingest_many``)."""
+    if isinstance(call.body, IngestTextList):
+        return await ingest_list(call, call.body)
     if isinstance(call.body, IngestTextBody):
         body = call.body
         content: dict[str, Any] = {"text": body.text, "name": body.name}
@@ -53,6 +59,64 @@ async def ingest(call: Call) -> CoreResponse:
         batch=fields.batch,
     )
     return _report(report, call)
+
+
+async def ingest_list(call: Call, body: IngestTextList) -> CoreResponse:
+    """A JSON list: one ``ingest_many`` call for the entries that validated; entries answer in order.
+
+    201 when every entry was stored; 422 (the first error beside the items) when none was stored
+    or found unchanged; 200 otherwise, and then each item says what became of its entry.
+    """
+    if call.request.header("idempotency-key") is not None:
+        raise HttpError(
+            400, "invalid_request", "an Idempotency-Key names one document; post a list without it, or one at a time"
+        )
+    valid = [(i, d) for i, d in enumerate(body.documents) if isinstance(d, IngestTextBody)]
+    documents = [
+        {"text": d.text, "name": d.name, "source_id": d.source_id, "acl": d.acl, "attributes": d.attributes}
+        for _, d in valid
+    ]
+    report = await call.engine.ingest_many(documents, principals=call.who.principals_arg()) if documents else None
+    by_index = dict(zip((i for i, _ in valid), report.items if report else [], strict=True))
+    items: list[IngestListItem] = []
+    for index, entry in enumerate(body.documents):
+        if isinstance(entry, ErrorDetail):
+            items.append(IngestListItem(index=index, error=entry))
+            continue
+        outcome = by_index[index]
+        if outcome.report is not None:
+            if not call.who.trusted:  # raw provider text is an operator's copy only
+                outcome.report.error = None
+            items.append(IngestListItem(index=index, report=outcome.report))
+        else:
+            assert outcome.error is not None
+            error = ErrorDetail(code=outcome.error.code, message=outcome.error.message)
+            items.append(IngestListItem(index=index, error=error))
+    answer = IngestListReport(items=items, totals=_list_totals(items)).model_dump(mode="json")
+    stored = [i for i in items if i.report is not None and i.report.status in ("completed", "embedding")]
+    if len(stored) == len(items):
+        return CoreResponse(201, answer)
+    if any(i.report is not None and i.report.status == "skipped" for i in items) or stored:
+        return CoreResponse(200, answer)
+    first = items[0]
+    if first.error is not None:
+        detail = first.error
+    else:
+        assert first.report is not None
+        reason = first.report.failure_reason or "unknown"
+        detail = ErrorDetail(code=reason, message=first.report.failure_message or FAILURE_MESSAGES[reason])
+    return CoreResponse(422, {"error": detail.model_dump(), **answer})
+
+
+def _list_totals(items: list[IngestListItem]) -> dict[str, int]:
+    totals = {"files": len(items), "completed": 0, "failed": 0, "skipped": 0, "embedding": 0, "refused": 0, "chunks": 0}
+    for item in items:
+        if item.report is None:
+            totals["refused"] += 1
+        else:
+            totals[item.report.status] += 1
+            totals["chunks"] += item.report.chunks
+    return totals
 
 
 def _report(report: IngestReport, call: Call) -> CoreResponse:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from context_engine.limits import (
+    INGEST_MANY_MAX,
     MAX_ACL_ENTRIES,
     MAX_ACL_ENTRY_CHARS,
     MAX_ATTRIBUTES_DEPTH,
@@ -101,7 +102,11 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
         if params:
             op["parameters"] = params
         if route.request_model is not None:
-            content: dict[str, Any] = {"application/json": {"schema": ref(route.request_model)}}
+            body_schema: dict[str, Any] = ref(route.request_model)
+            if route.list_item_model is not None:  # the same body, or a list of them
+                listed = {"type": "array", "items": ref(route.list_item_model), "minItems": 1}
+                body_schema = {"oneOf": [body_schema, {**listed, "maxItems": INGEST_MANY_MAX}]}
+            content: dict[str, Any] = {"application/json": {"schema": body_schema}}
             if route.multipart:
                 content["multipart/form-data"] = {"schema": _FORM, "encoding": _FORM_ENCODING}
             op["requestBody"] = {"required": True, "content": content}
@@ -116,6 +121,17 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
                 "description": description,
                 "content": {"application/json": {"schema": ref(model)}},
             }
+        for status, description, model in route.list_responses:  # beside the single form's answer
+            found = responses.get(str(status))
+            if found is None:
+                responses[str(status)] = {
+                    "description": description,
+                    "content": {"application/json": {"schema": ref(model)}},
+                }
+                continue
+            single = found["content"]["application/json"]["schema"]
+            found["description"] += f". {description}"
+            found["content"]["application/json"]["schema"] = {"oneOf": [single, ref(model)]}
         for status, description in _ERRORS.items():
             responses.setdefault(
                 status, {"description": description, "content": {"application/json": {"schema": error_ref}}}

@@ -38,6 +38,8 @@ from routing_core.schemas import (
     Health,
     IngestFailed,
     IngestFields,
+    IngestListFailed,
+    IngestListReport,
     IngestReport,
     IngestTextBody,
     KnowledgeQueryBody,
@@ -100,6 +102,10 @@ class Route:
     rate_limit: RateLimit | None = None
     #: the handler reads the host's ``approval_scope`` (resolved per request, never from the request)
     approval_scope: bool = False
+    #: the JSON list form of the body, when the route takes one (``schemas.LIST_BODIES``), and what it
+    #: answers with, per status, beside the single form's answers
+    list_item_model: type[BaseModel] | None = None
+    list_responses: tuple[tuple[int, str, type[BaseModel]], ...] = ()
 
     @property
     def handler(self) -> str:
@@ -135,6 +141,13 @@ ROUTES: tuple[Route, ...] = (
             (422, "Nothing stored: the error of the first failed document, beside the report", IngestFailed),
             (409, "A document the caller may not replace already holds that name in the source (said alike "
              "whether or not the caller may read it)", ErrorBody),
+        ),
+        list_item_model=IngestTextBody,
+        list_responses=(
+            (201, "A list: every entry was stored", IngestListReport),
+            (200, "A list with mixed outcomes, or all unchanged: each item says what became of its entry",
+             IngestListReport),
+            (422, "A list of which nothing was stored: the first entry's error beside the items", IngestListFailed),
         ),
     ),
     Route(

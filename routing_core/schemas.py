@@ -12,6 +12,7 @@ from pydantic_core import PydanticCustomError
 
 from context_engine.knowledge.models import KnowledgeResult
 from context_engine.limits import (
+    INGEST_MANY_MAX,
     KNOWLEDGE_TOP_K_DEFAULT,
     KNOWLEDGE_TOP_K_MAX,
     MAX_ACL_ENTRIES,
@@ -27,7 +28,7 @@ from context_engine.limits import (
     SEARCH_TOP_K_DEFAULT,
     SEARCH_TOP_K_MAX,
 )
-from context_engine.models import Document, DocumentPage, IngestReport, SearchResult, Stats
+from context_engine.models import Document, DocumentPage, DocumentReport, IngestReport, SearchResult, Stats
 from context_engine.revisions.models import DocumentVersion
 from context_engine.validation import check_json_object
 
@@ -107,6 +108,38 @@ class IngestFailed(IngestReport):
     """``POST /documents`` when nothing was stored: the error contract beside the report."""
 
     error: ErrorDetail
+
+
+class IngestTextList(BaseModel):
+    """``POST /documents`` as a JSON list of text documents (at most ``INGEST_MANY_MAX``), each
+    entry checked on its own: an entry that does not validate is refused alone, with its error."""
+
+    documents: list[IngestTextBody | ErrorDetail] = Field(max_length=INGEST_MANY_MAX)
+
+
+class IngestListItem(BaseModel):
+    """One entry of a list ``POST /documents``, at its place in the list: its report or its error."""
+
+    index: int
+    report: DocumentReport | None = None
+    error: ErrorDetail | None = None
+
+
+class IngestListReport(BaseModel):
+    """A list ``POST /documents``: one item per entry in order; ``totals`` counts statuses and ``refused``."""
+
+    items: list[IngestListItem]
+    totals: dict[str, int]
+
+
+class IngestListFailed(IngestListReport):
+    """A list ``POST /documents`` of which nothing was stored: the first entry's error beside the items."""
+
+    error: ErrorDetail
+
+
+#: single-object request bodies that also come as a JSON list, and the model the list becomes
+LIST_BODIES: dict[type[BaseModel], type[BaseModel]] = {IngestTextBody: IngestTextList}
 
 
 #: ``top_k``'s ceiling depends on ``group_by``: passages up to ``SEARCH_TOP_K_MAX``, documents further

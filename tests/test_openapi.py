@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from context_engine.limits import INGEST_MANY_MAX
 from routing_core import ROUTES
 from routing_core.openapi import build_openapi, render
 
@@ -36,9 +37,13 @@ def test_every_route_is_documented(spec: dict[str, Any]) -> None:
         assert str(route.success_status) in op["responses"]
         if route.request_model is not None:
             content = op["requestBody"]["content"]
-            assert content["application/json"]["schema"] == {
-                "$ref": f"#/components/schemas/{route.request_model.__name__}"
-            }
+            single = {"$ref": f"#/components/schemas/{route.request_model.__name__}"}
+            if route.list_item_model is None:
+                assert content["application/json"]["schema"] == single
+            else:  # the single body, or a list of entries
+                one, listed = content["application/json"]["schema"]["oneOf"]
+                assert one == single and listed["type"] == "array" and listed["maxItems"] == INGEST_MANY_MAX
+                assert listed["items"] == {"$ref": f"#/components/schemas/{route.list_item_model.__name__}"}
             assert ("multipart/form-data" in content) == route.multipart
         declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "query"}
         assert declared == {name for name, _, _ in route.query_params}

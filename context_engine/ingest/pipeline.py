@@ -27,6 +27,8 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, NameTaken, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
 from context_engine.ingest import batch_embedding, batching
@@ -198,6 +200,19 @@ def reopen(source: Source, start: int) -> Source:
     return source
 
 
+def chunk_row(position: int, chunk: Chunk) -> repo.ChunkRow:
+    """The stored row of a chunk: its text hash is of the normalised text (what vector reuse matches on)."""
+    return repo.ChunkRow(
+        position=position,
+        text=chunk.text,
+        text_hash=hashlib.sha256(normalise(chunk.text).encode()).hexdigest(),
+        section=chunk.section,
+        page=chunk.page,
+        kind=chunk.kind,
+        meta=chunk.meta,
+    )
+
+
 class _SourceChanged(Exception):
     """The second extraction pass did not give the chunks the first one counted and hashed."""
 
@@ -224,18 +239,7 @@ async def _row_slices(
                 if position:
                     digest.update(b"\n\n")
                 digest.update(c.text.encode("utf-8"))
-                rows.append(
-                    repo.ChunkRow(
-                        position=position,
-                        text=c.text,
-                        text_hash=hashlib.sha256(normalise(c.text).encode()).hexdigest(),
-                        section=c.section,
-                        page=c.page,
-                        kind=c.kind,
-                        meta=c.meta,
-                        embedding=None,
-                    )
-                )
+                rows.append(chunk_row(position, c))
                 position += 1
             yield rows
     except (ExtractionFailed, IngestTooLarge) as exc:
@@ -364,17 +368,11 @@ class Ingestor:
                 share, report, prepared.mime, acl, attributes, "input_too_large", message, caller
             )
 
-        async with share.connect() as conn:
-            existing = await repo.find_by_identity(conn, source_id, name)
-        if existing is not None and not await self._visible(share, str(existing["id"]), caller):
-            raise NameTaken()  # the same answer as renaming onto a taken name: nothing about the hidden one
-        if existing is not None and _unchanged(existing, prepared.content_hash):
-            return _skipped_unchanged(report, existing)
-        if existing is not None and existing["leased"]:
-            return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
         if batch:  # a chunk set one job cannot hold is refused before anything is stored
             batch_embedding.batch_client(services, prepared.chunk_count)
-        return await self._write_and_embed(share, report, prepared, stream, source_id, name, acl, attributes, batch)
+        return await self._write_and_embed(
+            share, report, prepared, stream, source_id, name, acl, attributes, caller, batch
+        )
 
     async def _write_and_embed(
         self,
@@ -386,26 +384,34 @@ class Ingestor:
         name: str,
         acl: list[str],
         attributes: dict[str, Any],
+        caller: tuple[str, ...] | None,
         batch: bool = False,
     ) -> DocumentReport:
+        """Settle the identity and write the new version in one transaction, then embed what is pending."""
         services = self.services
-        key = services.embedder.key
         holder = str(uuid.uuid4())
+        busy = report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
         try:
             async with share.begin() as conn:
+                existing = await repo.find_by_identity(conn, source_id, name)
+                if existing is not None and not await self._visible_in(conn, str(existing["id"]), caller):
+                    raise NameTaken()  # the same answer as renaming onto a taken name: nothing about the hidden one
+                if existing is not None and is_unchanged(existing, prepared.content_hash):
+                    return skipped_unchanged(report, existing)
+                if existing is not None and existing["leased"]:
+                    return busy
                 # one writer per identity; the lock ends with this transaction
                 if not await repo.try_identity_lock(conn, source_id, name):
-                    return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
-                # re-read under the lock: another run may have finished while we extracted
+                    return busy
+                # re-read under the lock: another run may have finished since the first read
                 existing = await repo.find_by_identity(conn, source_id, name, for_update=True)
-                if existing is not None and _unchanged(existing, prepared.content_hash):
-                    return _skipped_unchanged(report, existing)
+                if existing is not None and is_unchanged(existing, prepared.content_hash):
+                    return skipped_unchanged(report, existing)
                 if existing is not None and existing["leased"]:
-                    return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
+                    return busy
                 meta = dict(prepared.meta)
                 meta["embedding_progress"] = {"done": 0, "total": prepared.chunk_count, "tokens": 0}
-                doc_id, version, revision = await repo.write_document(
-                    conn,
+                head = repo.VersionHead(
                     existing_id=str(existing["id"]) if existing else None,
                     source_id=source_id,
                     name=name,
@@ -414,28 +420,38 @@ class Ingestor:
                     attributes=attributes,
                     content_hash=prepared.content_hash,
                     meta=meta,
-                    chunks=_row_slices(prepared, stream),
                     chunk_count=prepared.chunk_count,
-                    embedding_key=key,
-                    text_search_config=services.text_search_config,
-                    lease_holder=holder,
-                    lease_seconds=self._lease_seconds(),
-                    max_text_chars=services.config.ingest.max_document_text_chars,
                 )
-                truncated = await stored_text.was_truncated(conn, doc_id)
-                # unchanged chunks got their stored vectors copied by the INSERT; the rest are pending
-                reused = await repo.count_embedded(conn, doc_id, version)
-                meta["embedding_progress"]["total"] = prepared.chunk_count - reused
-                await repo.set_embedding_progress(conn, doc_id, meta["embedding_progress"])
+                write = {
+                    "embedding_key": services.embedder.key,
+                    "text_search_config": services.text_search_config,
+                }
+                cap = services.config.ingest.max_document_text_chars
+                lease = {"lease_holder": holder, "lease_seconds": self._lease_seconds()}
+                pending: list[tuple[int, int]] | None = None
+                if prepared.chunks is not None:  # held: every chunk in one statement, pending rows returned
+                    (opened,) = await repo.open_versions(conn, [head], **lease)
+                    rows = [row async for piece in _row_slices(prepared, stream) for row in piece]
+                    stored = await repo.insert_chunks(conn, [(opened.document_id, r) for r in rows], **write)
+                    pending = sorted((c.id, c.position) for c in stored if c.pending)
+                    await repo.close_versions(conn, [opened], max_text_chars=cap)
+                    reused = prepared.chunk_count - len(pending)
+                else:  # a large document: written a slice at a time as it is extracted again
+                    slices = _row_slices(prepared, stream)
+                    opened, missing = await repo.write_document(
+                        conn, head, slices, **write, **lease, max_text_chars=cap
+                    )
+                    reused = prepared.chunk_count - missing
+                truncated = await stored_text.was_truncated(conn, opened.document_id)
         except _SourceChanged as exc:
             return await self._fail_new(
                 share, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), None
             )
         report = report.model_copy(
             update={
-                "document_id": doc_id,
-                "version": version,
-                "revision": revision,
+                "document_id": opened.document_id,
+                "version": opened.version,
+                "revision": opened.revision,
                 "chunks": prepared.chunk_count,
                 "text_truncated": truncated,
             }
@@ -447,7 +463,7 @@ class Ingestor:
         # from here on only the texts are needed: the chunk objects and their metadata are freed
         texts = [c.text for c in prepared.chunks]
         prepared.chunks.clear()
-        return await self._embed_pending(share, report, holder, reused=reused, texts=texts)
+        return await self._embed_pending(share, report, holder, reused=reused, texts=texts, pending=pending)
 
     async def _submit_batch(self, share: IngestShare, report: DocumentReport, holder: str) -> DocumentReport:
         """``batch=True``: the stored chunk set goes to the provider as one job (the lease is kept
@@ -495,19 +511,28 @@ class Ingestor:
         *,
         reused: int = 0,
         texts: list[str] | None = None,
+        pending: list[tuple[int, int]] | None = None,
     ) -> DocumentReport:
         """Embed the current version's rows that still lack a vector; store each batch as it lands.
 
         The run holds the document's lease (``holder``). ``texts`` (by position) are the chunk texts
         when the caller holds them, as a first pass does; a resume reads them from the database.
+        ``pending`` (``(chunk id, position)`` of the rows to embed) is known when the run just wrote
+        them, and is then not read back. The batch that stores the last vector also completes the
+        document, in the same transaction.
         """
         services = self.services
         embedder, hooks = services.embedder, services.hooks
         doc_id = report.document_id
         assert doc_id is not None
         seconds = self._lease_seconds()
-        async with share.connect() as conn:
-            progress = {"done": 0, "total": await repo.count_pending(conn, doc_id), "tokens": 0}
+        if pending is None:
+            async with share.connect() as conn:
+                total = await repo.count_pending(conn, doc_id)
+        else:
+            total = len(pending)
+        progress = {"done": 0, "total": total, "tokens": 0}
+        finished = False
         await hooks.emit("on_progress", ProgressEvent("embed", "started", report.name, doc_id, dict(progress)))
 
         # one store at a time per run: requests to the model may overlap, but a large document's writes
@@ -515,13 +540,19 @@ class Ingestor:
         storing = asyncio.Lock()
 
         async def store(batch: list[batching.Item], vectors: list[list[float]]) -> None:
+            nonlocal finished
             async with storing, share.begin() as conn:
                 if not await repo.renew_lease(conn, doc_id, holder, seconds):
                     raise _LeaseLost()
                 await repo.store_vectors(conn, [i.key for i in batch], vectors, embedder.key)
                 progress["done"] += len(batch)
                 progress["tokens"] += sum(i.tokens for i in batch)
-                await repo.set_embedding_progress(conn, doc_id, progress)
+                if progress["done"] < progress["total"]:
+                    await repo.set_embedding_progress(conn, doc_id, progress)
+                elif await repo.finish_embedding(conn, doc_id, progress, holder):
+                    finished = True
+                else:
+                    raise _LeaseLost()
             await hooks.emit("on_progress", ProgressEvent("embed", "progress", report.name, doc_id, dict(progress)))
 
         max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
@@ -529,7 +560,19 @@ class Ingestor:
         after = -1
         keeper = asyncio.create_task(self._keep_lease(share, doc_id, holder))
         try:
-            while True:  # a page of pending rows at a time, so a large document's texts are never all held
+            if pending is not None:  # the rows just written: their ids and texts are at hand
+                page_rows: list[tuple[int, int, str | None]] = [(cid, position, None) for cid, position in pending]
+                items = await asyncio.to_thread(page_items, page_rows, texts, embedder.count_tokens)
+                await batching.run(
+                    embedder,
+                    items,
+                    max_items=stats.item_cap,
+                    max_tokens=max_tokens,
+                    concurrency=services.config.embedding.max_concurrency,
+                    on_batch=store,
+                    stats=stats,
+                )
+            while pending is None:  # a page of pending rows at a time, so a large document's texts are never all held
                 async with share.connect() as conn:
                     page = await repo.pending_page(
                         conn, doc_id, after=after, limit=services.config.ingest.hold_chunks, with_text=texts is None
@@ -538,7 +581,7 @@ class Ingestor:
                     break
                 after = page[-1][1]
                 # counting a page's tokens is CPU work (a tokenizer pass per chunk): off the event loop
-                items = await asyncio.to_thread(_page_items, page, texts, embedder.count_tokens)
+                items = await asyncio.to_thread(page_items, page, texts, embedder.count_tokens)
                 del page
                 # the cap starts where the last page left it (a halving holds for the whole document)
                 await batching.run(
@@ -550,10 +593,10 @@ class Ingestor:
                     on_batch=store,
                     stats=stats,
                 )
-            async with share.begin() as conn:
-                finished = await repo.finish_embedding(conn, doc_id, progress, holder)
-            if not finished:
-                raise _LeaseLost()
+            if not finished:  # nothing was pending, or a resume that found no rows left
+                async with share.begin() as conn:
+                    if not await repo.finish_embedding(conn, doc_id, progress, holder):
+                        raise _LeaseLost()
         except _LeaseLost:
             log.warning("document %s was taken over by another run; this run stopped", doc_id)
             return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
@@ -717,12 +760,15 @@ class Ingestor:
             }
         )
 
+    async def _visible_in(self, conn: AsyncConnection, document_id: str, caller: tuple[str, ...] | None) -> bool:
+        return document_id in await repo.visible_documents(conn, [document_id], ReadScope(caller))
+
     async def _visible(self, share: IngestShare, document_id: str, caller: tuple[str, ...] | None) -> bool:
         async with share.slot():
             return await repo.get_document(share.pool, document_id, ReadScope(caller), with_text=False) is not None
 
 
-def _page_items(
+def page_items(
     page: list[tuple[int, int, str | None]], texts: list[str] | None, count_tokens: Callable[[str], int]
 ) -> list[batching.Item]:
     """The embedding inputs of a page of pending rows: their texts (held, or as read) and token counts."""
@@ -734,12 +780,12 @@ def _page_items(
     return items
 
 
-def _unchanged(existing: dict[str, Any], content_hash: str) -> bool:
+def is_unchanged(existing: dict[str, Any], content_hash: str) -> bool:
     # a document whose batch is still pending is on its way: offering it again does not pay twice
     return existing["content_hash"] == content_hash and existing["status"] in ("completed", "batch_pending")
 
 
-def _skipped_unchanged(report: DocumentReport, existing: dict[str, Any]) -> DocumentReport:
+def skipped_unchanged(report: DocumentReport, existing: dict[str, Any]) -> DocumentReport:
     return report.model_copy(
         update={
             "document_id": str(existing["id"]),

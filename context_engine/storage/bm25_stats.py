@@ -7,68 +7,71 @@ opens or closes chunks, so a ranking never sees statistics of another revision t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-_CURRENT = "c.document_id = CAST(:bm25_doc AS uuid) AND c.valid_to IS NULL"
+#: the current chunks of the documents listed in ``:bm25_docs`` (with the version each opens in ``:bm25_vs``)
+_DOCS = "unnest(CAST(:bm25_docs AS uuid[]), CAST(:bm25_vs AS integer[])) AS x(id, v)"
+_CURRENT = f"ce_chunks c JOIN {_DOCS} ON c.document_id = x.id WHERE c.valid_to IS NULL"
+#: the same chunks, one row per lexeme
+_CURRENT_TERMS = f"ce_chunks c JOIN {_DOCS} ON c.document_id = x.id, unnest(c.tsv) u WHERE c.valid_to IS NULL"
 
 
-async def _shift(conn: AsyncConnection, document_id: str, weight: str, params: dict[str, Any]) -> None:
-    params = {**params, "bm25_doc": document_id}
+async def _shift(
+    conn: AsyncConnection, documents: Sequence[str], versions: Sequence[int], weight: str, *, may_fall: bool
+) -> None:
+    """Add ``weight`` (an expression over ``c`` and ``x``) per current chunk of the documents to the
+    statistics: both tables in one statement, then, when any count may have fallen (``may_fall``), the
+    rows that fell to zero removed in a second, so the tables stay the size of the live vocabulary."""
+    params: dict[str, Any] = {"bm25_docs": list(documents), "bm25_vs": list(versions)}
     await conn.execute(
         text(
-            "INSERT INTO ce_bm25_terms AS t (lexeme, source_id, acl, df) "
-            f"SELECT u.lexeme, c.source_id, c.acl, sum({weight}) FROM ce_chunks c, unnest(c.tsv) u WHERE {_CURRENT} "
+            "WITH terms AS (INSERT INTO ce_bm25_terms AS t (lexeme, source_id, acl, df) "
+            f"SELECT u.lexeme, c.source_id, c.acl, sum({weight}) FROM {_CURRENT_TERMS} "
             f"GROUP BY 1, 2, 3 HAVING sum({weight}) <> 0 ORDER BY 1, 2, 3 "
-            "ON CONFLICT (lexeme, source_id, acl) DO UPDATE SET df = t.df + EXCLUDED.df"
-        ),
-        params,
-    )
-    await conn.execute(
-        text(
+            "ON CONFLICT (lexeme, source_id, acl) DO UPDATE SET df = t.df + EXCLUDED.df) "
             "INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
-            f"SELECT c.source_id, c.acl, sum({weight}), sum(({weight}) * c.tsv_tokens) FROM ce_chunks c "
-            f"WHERE {_CURRENT} GROUP BY 1, 2 HAVING sum({weight}) <> 0 OR sum(({weight}) * c.tsv_tokens) <> 0 "
-            "ORDER BY 1, 2 "
+            f"SELECT c.source_id, c.acl, sum({weight}), sum(({weight}) * c.tsv_tokens) FROM {_CURRENT} "
+            f"GROUP BY 1, 2 HAVING sum({weight}) <> 0 OR sum(({weight}) * c.tsv_tokens) <> 0 ORDER BY 1, 2 "
             "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
             "tokens = g.tokens + EXCLUDED.tokens"
         ),
         params,
     )
-    # rows that fell to zero are removed, so the tables stay the size of the live vocabulary
+    if not may_fall:
+        return
     await conn.execute(
         text(
-            "DELETE FROM ce_bm25_terms t USING (SELECT DISTINCT u.lexeme, c.source_id, c.acl "
-            f"FROM ce_chunks c, unnest(c.tsv) u WHERE {_CURRENT}) x "
-            "WHERE t.lexeme = x.lexeme AND t.source_id = x.source_id AND t.acl = x.acl AND t.df <= 0"
-        ),
-        params,
-    )
-    await conn.execute(
-        text(
-            "DELETE FROM ce_bm25_groups g USING (SELECT DISTINCT c.source_id, c.acl FROM ce_chunks c "
-            f"WHERE {_CURRENT}) x WHERE g.source_id = x.source_id AND g.acl = x.acl AND g.chunks <= 0"
+            "WITH terms AS (DELETE FROM ce_bm25_terms t USING (SELECT DISTINCT u.lexeme, c.source_id, c.acl "
+            f"FROM {_CURRENT_TERMS}) z "
+            "WHERE t.lexeme = z.lexeme AND t.source_id = z.source_id AND t.acl = z.acl AND t.df <= 0) "
+            f"DELETE FROM ce_bm25_groups g USING (SELECT DISTINCT c.source_id, c.acl FROM {_CURRENT}) z "
+            "WHERE g.source_id = z.source_id AND g.acl = z.acl AND g.chunks <= 0"
         ),
         params,
     )
 
 
-async def replace_version(conn: AsyncConnection, document_id: str, version: int) -> None:
-    """Count the chunks of ``version`` in and the document's other current chunks out.
+async def replace_versions(
+    conn: AsyncConnection, documents: Sequence[str], versions: Sequence[int], *, replacing: bool
+) -> None:
+    """Count the chunks of each document's new version in and its other current chunks out.
 
-    Call after the new version's chunks are inserted and before the old ones are closed, in the
+    Call after the new versions' chunks are inserted and before the old ones are closed, in the
     same transaction (whose store-revision row lock also serialises every statistics update).
+    ``replacing`` says some document had a previous version (only then can a count fall).
     """
-    await _shift(conn, document_id, "CASE WHEN c.version = :bm25_v THEN 1 ELSE -1 END", {"bm25_v": version})
+    await _shift(conn, documents, versions, "CASE WHEN c.version = x.v THEN 1 ELSE -1 END", may_fall=replacing)
 
 
 async def retract(conn: AsyncConnection, document_id: str) -> None:
     """Count the document's current chunks out (before a delete closes them, or an ACL moves them)."""
-    await _shift(conn, document_id, "-1", {})
+    await _shift(conn, [document_id], [0], "-1", may_fall=True)
 
 
 async def admit(conn: AsyncConnection, document_id: str) -> None:
     """Count the document's current chunks in (after an ACL change has moved them)."""
-    await _shift(conn, document_id, "1", {})
+    await _shift(conn, [document_id], [0], "1", may_fall=False)

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.storage import bm25_stats
 from context_engine.storage.predicates import ReadScope, live, visibility
-from context_engine.storage.vectors import vector_literal
+from context_engine.storage.vectors import register_vector_types, vector_array
 
 _DOC_COLUMNS = (
     "id, name, source_id, mime, acl, attributes, status, failure_reason, error, version, "
@@ -30,8 +30,6 @@ class ChunkRow:
     page: int | None
     kind: str
     meta: dict[str, Any]
-    #: a freshly computed vector, or None to copy the stored one for the same text hash
-    embedding: Sequence[float] | None
 
 
 async def next_revision(conn: AsyncConnection) -> int:
@@ -89,6 +87,121 @@ async def try_identity_lock(conn: AsyncConnection, source_id: str, name: str) ->
 
 
 _LEASE_UNTIL = "clock_timestamp() + make_interval(secs => CAST(:t AS double precision))"
+
+
+async def find_identities(
+    conn: AsyncConnection, identities: Sequence[tuple[str, str]], *, for_update: bool = False
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """:func:`find_by_identity` for many ``(source_id, name)`` pairs in one statement."""
+    if not identities:
+        return {}
+    rows = await conn.execute(
+        text(
+            "SELECT d.id, d.source_id, d.name, d.content_hash, d.status, d.version, "
+            "(d.lease_holder IS NOT NULL AND d.lease_until > clock_timestamp()) AS leased FROM ce_documents d "
+            "JOIN unnest(CAST(:s AS text[]), CAST(:n AS text[])) AS x(s, n) ON d.source_id = x.s AND d.name = x.n "
+            "ORDER BY d.id" + (" FOR UPDATE OF d" if for_update else "")
+        ),
+        {"s": [i[0] for i in identities], "n": [i[1] for i in identities]},
+    )
+    return {(r["source_id"], r["name"]): dict(r) for r in rows.mappings()}
+
+
+async def try_identity_locks(conn: AsyncConnection, identities: Sequence[tuple[str, str]]) -> list[bool]:
+    """:func:`try_identity_lock` for many identities in one statement (input order)."""
+    if not identities:
+        return []
+    keys = [identity_key(s, n) for s, n in identities]
+    rows = await conn.execute(
+        text(
+            f"SELECT pg_try_advisory_xact_lock({IDENTITY_LOCK_SQL.replace(':k', 'x.k')}) FROM "
+            "unnest(CAST(:keys AS text[])) WITH ORDINALITY AS x(k, ord) ORDER BY x.ord"
+        ),
+        {"keys": keys},
+    )
+    return [bool(r[0]) for r in rows]
+
+
+async def visible_documents(conn: AsyncConnection, document_ids: Sequence[str], scope: ReadScope) -> set[str]:
+    """Which of these documents the caller may see now (all of them for a trusted caller)."""
+    if not document_ids:
+        return set()
+    if scope.principals is None and scope.source_ids is None:
+        return set(document_ids)
+    params: dict[str, Any] = {"ids": list(document_ids)}
+    rows = await conn.execute(
+        text(
+            "SELECT CAST(d.id AS text) FROM ce_documents d WHERE d.id = ANY(CAST(:ids AS uuid[])) "
+            f"AND {_doc_scope(scope, params)}"
+        ),
+        params,
+    )
+    return {str(r[0]) for r in rows}
+
+
+async def renew_leases(conn: AsyncConnection, document_ids: Sequence[str], holder: str, seconds: float) -> set[str]:
+    """:func:`renew_lease` for many documents; answers those still the run's."""
+    rows = await conn.execute(
+        text(
+            f"UPDATE ce_documents SET lease_until = {_LEASE_UNTIL} WHERE id = ANY(CAST(:ids AS uuid[])) "
+            "AND lease_holder = CAST(:h AS uuid) RETURNING CAST(id AS text)"
+        ),
+        {"ids": list(document_ids), "h": holder, "t": seconds},
+    )
+    return {str(r[0]) for r in rows}
+
+
+async def set_progress_many(conn: AsyncConnection, progress: dict[str, dict[str, int]]) -> None:
+    """:func:`set_embedding_progress` for many documents in one statement."""
+    if not progress:
+        return
+    await conn.execute(
+        text(
+            "UPDATE ce_documents d SET meta = jsonb_set(d.meta, '{embedding_progress}', CAST(x.p AS jsonb)), "
+            "updated_at = now() FROM unnest(CAST(:ids AS uuid[]), CAST(:ps AS text[])) AS x(id, p) WHERE d.id = x.id"
+        ),
+        {"ids": list(progress), "ps": [json.dumps(p) for p in progress.values()]},
+    )
+
+
+async def finish_many(conn: AsyncConnection, progress: dict[str, dict[str, int]], holder: str) -> set[str]:
+    """:func:`finish_embedding` for many documents in one statement; answers those it finished."""
+    if not progress:
+        return set()
+    rows = await conn.execute(
+        text(
+            "UPDATE ce_documents d SET status = 'completed', failure_reason = NULL, error = NULL, "
+            "lease_holder = NULL, lease_until = NULL, "
+            "meta = jsonb_set(d.meta, '{embedding_progress}', CAST(x.p AS jsonb)), updated_at = now() "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:ps AS text[])) AS x(id, p) "
+            "WHERE d.id = x.id AND d.lease_holder = CAST(:h AS uuid) RETURNING CAST(d.id AS text)"
+        ),
+        {"ids": list(progress), "ps": [json.dumps(p) for p in progress.values()], "h": holder},
+    )
+    return {str(r[0]) for r in rows}
+
+
+async def fail_many(
+    conn: AsyncConnection, progress: dict[str, dict[str, int]], *, holder: str, failure_reason: str, error: str
+) -> None:
+    """:func:`mark_embedding_failed` for many documents in one statement."""
+    if not progress:
+        return
+    await conn.execute(
+        text(
+            "UPDATE ce_documents d SET failure_reason = :fr, error = :e, lease_holder = NULL, lease_until = NULL, "
+            "meta = jsonb_set(d.meta, '{embedding_progress}', CAST(x.p AS jsonb)), updated_at = now() "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:ps AS text[])) AS x(id, p) "
+            "WHERE d.id = x.id AND d.lease_holder = CAST(:h AS uuid)"
+        ),
+        {
+            "ids": list(progress),
+            "ps": [json.dumps(p) for p in progress.values()],
+            "h": holder,
+            "fr": failure_reason,
+            "e": error,
+        },
+    )
 
 
 async def renew_lease(conn: AsyncConnection, document_id: str, holder: str, seconds: float) -> bool:
@@ -164,13 +277,14 @@ async def store_vectors(
     conn: AsyncConnection, ids: Sequence[int], vectors: Sequence[Sequence[float]], embedding_key: str
 ) -> None:
     """One UPDATE for the whole batch, so the statement-level vector-count triggers run once per
-    batch rather than once per chunk."""
+    batch rather than once per chunk; the vectors travel in pgvector's binary form."""
+    await register_vector_types(conn)
     await conn.execute(
         text(
-            "UPDATE ce_chunks c SET embedding = CAST(v.e AS vector), embedding_key = :k "
-            "FROM unnest(CAST(:ids AS bigint[]), CAST(:vs AS text[])) AS v(id, e) WHERE c.id = v.id"
+            "UPDATE ce_chunks c SET embedding = v.e, embedding_key = :k "
+            "FROM unnest(CAST(:ids AS bigint[]), CAST(:vs AS vector[])) AS v(id, e) WHERE c.id = v.id"
         ),
-        {"ids": list(ids), "vs": [vector_literal(v) for v in vectors], "k": embedding_key},
+        {"ids": list(ids), "vs": vector_array(vectors), "k": embedding_key},
     )
 
 
@@ -241,150 +355,230 @@ async def current_chunk_count(conn: AsyncConnection, document_id: str) -> int:
 
 #: chunk rows per INSERT statement (and per slice a large document is extracted in)
 INSERT_SLICE = 500
-_INSERT_CHUNK = text(
-    "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, section, "
-    "page, kind, tsv, embedding, embedding_key, meta, valid_from) VALUES ("
-    "CAST(:id AS uuid), :v, :pos, :s, CAST(:acl AS text[]), :ct, :th, :sec, :pg, :kind, "
-    "to_tsvector(CAST(:cfg AS regconfig), "
-    "unaccent(concat_ws(' ', CAST(:sec AS text), CAST(:ct AS text)))), "
-    "COALESCE(CAST(:emb AS vector), (SELECT o.embedding FROM ce_chunks o WHERE o.document_id = "
-    "CAST(:id AS uuid) AND o.valid_to IS NULL AND o.text_hash = :th AND o.embedding_key = :ek "
-    "AND o.embedding IS NOT NULL LIMIT 1)), :ek, CAST(:cmeta AS jsonb), :r)"
+
+
+@dataclass(slots=True)
+class VersionHead:
+    """What a new version of one document is, apart from its chunks."""
+
+    existing_id: str | None
+    source_id: str
+    name: str
+    mime: str
+    acl: Sequence[str]
+    attributes: dict[str, Any]
+    content_hash: str
+    meta: dict[str, Any]
+    chunk_count: int
+
+
+@dataclass(slots=True)
+class OpenedVersion:
+    document_id: str
+    version: int
+    revision: int
+    #: True when an earlier version existed (its chunks and statistics are replaced)
+    replaces: bool
+
+
+@dataclass(slots=True)
+class StoredChunk:
+    id: int
+    document_id: str
+    position: int
+    #: no vector yet: the text was not in the previous version (nothing to copy)
+    pending: bool
+
+
+_OPEN_VERSIONS = text(
+    "WITH r AS (UPDATE ce_store_revision SET revision = revision + :n WHERE id = 1 RETURNING revision - :n AS base), "
+    "u AS (SELECT x.*, r.base + x.ord AS rev FROM unnest(CAST(:ids AS uuid[]), CAST(:new AS boolean[]), "
+    "CAST(:s AS text[]), CAST(:nm AS text[]), CAST(:m AS text[]), CAST(:acl AS text[]), CAST(:attr AS text[]), "
+    "CAST(:h AS text[]), CAST(:meta AS text[]), CAST(:cc AS integer[])) "
+    "WITH ORDINALITY AS x(id, new, s, nm, m, acl, attr, h, meta, cc, ord) CROSS JOIN r), "
+    "ins AS (INSERT INTO ce_documents AS d (id, source_id, name, mime, text, acl, attributes, status, content_hash, "
+    "meta, version, chunk_count, created_revision, updated_revision, lease_holder, lease_until) "
+    "SELECT u.id, u.s, u.nm, u.m, '', ARRAY(SELECT jsonb_array_elements_text(CAST(u.acl AS jsonb))), "
+    "CAST(u.attr AS jsonb), 'embedding', u.h, CAST(u.meta AS jsonb), 1, u.cc, u.rev, u.rev, CAST(:lh AS uuid), "
+    f"{_LEASE_UNTIL} FROM u WHERE u.new ORDER BY u.ord "
+    "RETURNING d.id, d.version, d.source_id, d.name, d.content_hash, d.updated_revision, d.acl, d.attributes, "
+    "d.mime, d.meta, d.chunk_count, false AS replaces), "
+    "upd AS (UPDATE ce_documents d SET mime = u.m, text = '', "
+    "acl = ARRAY(SELECT jsonb_array_elements_text(CAST(u.acl AS jsonb))), attributes = CAST(u.attr AS jsonb), "
+    "status = 'embedding', failure_reason = NULL, error = NULL, content_hash = u.h, meta = CAST(u.meta AS jsonb), "
+    "version = d.version + 1, chunk_count = u.cc, updated_revision = u.rev, updated_at = now(), "
+    f"lease_holder = CAST(:lh AS uuid), lease_until = {_LEASE_UNTIL} FROM u WHERE NOT u.new AND d.id = u.id "
+    "RETURNING d.id, d.version, d.source_id, d.name, d.content_hash, d.updated_revision, d.acl, d.attributes, "
+    "d.mime, d.meta, d.chunk_count, true AS replaces), "
+    "heads AS (SELECT * FROM ins UNION ALL SELECT * FROM upd), "
+    "closed AS (UPDATE ce_document_versions v SET valid_to = h.updated_revision FROM heads h "
+    "WHERE v.document_id = h.id AND v.valid_to IS NULL), "
+    "opened AS (INSERT INTO ce_document_versions (document_id, version, source_id, name, content_hash, valid_from, "
+    "acl, attributes, mime, meta, chunk_count) SELECT h.id, h.version, h.source_id, h.name, h.content_hash, "
+    "h.updated_revision, h.acl, h.attributes, h.mime, h.meta, h.chunk_count FROM heads h) "
+    "SELECT CAST(h.id AS text), h.version, h.updated_revision, h.replaces FROM heads h"
 )
+
+
+async def open_versions(
+    conn: AsyncConnection, heads: Sequence[VersionHead], *, lease_holder: str, lease_seconds: float
+) -> list[OpenedVersion]:
+    """Open a new version of each document in one statement, in the caller's transaction: the document
+    row (new or updated, in status ``embedding`` and leased to ``lease_holder``), the closing of its
+    previous version row and its new version row. Each document gets its own revision, in input order.
+
+    Answers in input order. The chunks follow with :func:`insert_chunks` and :func:`close_versions`.
+    """
+    ids = [h.existing_id or str(uuid.uuid4()) for h in heads]
+    rows = await conn.execute(
+        _OPEN_VERSIONS,
+        {
+            "n": len(heads),
+            "ids": ids,
+            "new": [h.existing_id is None for h in heads],
+            "s": [h.source_id for h in heads],
+            "nm": [h.name for h in heads],
+            "m": [h.mime for h in heads],
+            "acl": [json.dumps(list(h.acl)) for h in heads],
+            "attr": [json.dumps(h.attributes) for h in heads],
+            "h": [h.content_hash for h in heads],
+            "meta": [json.dumps(h.meta) for h in heads],
+            "cc": [h.chunk_count for h in heads],
+            "lh": lease_holder,
+            "t": lease_seconds,
+        },
+    )
+    opened = {str(r[0]): OpenedVersion(str(r[0]), int(r[1]), int(r[2]), bool(r[3])) for r in rows}
+    return [opened[i] for i in ids]
+
+
+_INSERT_CHUNKS = (
+    "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, section, page, kind, "
+    "tsv, embedding, embedding_key, meta, valid_from) "
+    "SELECT d.id, d.version, u.pos, d.source_id, d.acl, u.ct, u.th, u.sec, u.pg, u.kind, "
+    "to_tsvector(CAST(:cfg AS regconfig), unaccent(concat_ws(' ', u.sec, u.ct))), "
+    # a later version copies the stored vector of a chunk whose text it already had (version 1 has none)
+    "CASE WHEN d.version > 1 THEN (SELECT o.embedding FROM ce_chunks o WHERE o.document_id = d.id "
+    "AND o.valid_to IS NULL AND o.text_hash = u.th AND o.embedding_key = :ek AND o.embedding IS NOT NULL LIMIT 1) "
+    "END, :ek, CAST(u.cmeta AS jsonb), d.updated_revision "
+    "FROM unnest(CAST(:docs AS uuid[]), CAST(:pos AS integer[]), CAST(:ct AS text[]), CAST(:th AS text[]), "
+    "CAST(:sec AS text[]), CAST(:pg AS integer[]), CAST(:kind AS text[]), CAST(:cmeta AS text[])) "
+    "WITH ORDINALITY AS u(doc, pos, ct, th, sec, pg, kind, cmeta, ord) "
+    "JOIN ce_documents d ON d.id = u.doc ORDER BY u.ord"
+)
+
+
+async def insert_chunks(
+    conn: AsyncConnection,
+    rows: Sequence[tuple[str, ChunkRow]],
+    *,
+    embedding_key: str,
+    text_search_config: str,
+    returning: bool = True,
+) -> list[StoredChunk]:
+    """Insert ``(document_id, row)`` pairs of versions :func:`open_versions` opened, as one statement
+    (each row takes the version, source, ACL and revision of its document row). A row whose text the
+    previous version had gets that vector copied inside the database; the others are pending.
+
+    Answers ``StoredChunk`` for every row when ``returning`` (in no particular order).
+    """
+    if not rows:
+        return []
+    sql = _INSERT_CHUNKS + (
+        " RETURNING id, CAST(document_id AS text), position, embedding IS NULL" if returning else ""
+    )
+    result = await conn.execute(
+        text(sql),
+        {
+            "cfg": text_search_config,
+            "ek": embedding_key,
+            "docs": [d for d, _ in rows],
+            "pos": [c.position for _, c in rows],
+            "ct": [c.text for _, c in rows],
+            "th": [c.text_hash for _, c in rows],
+            "sec": [c.section for _, c in rows],
+            "pg": [c.page for _, c in rows],
+            "kind": [c.kind for _, c in rows],
+            "cmeta": [json.dumps(c.meta) for _, c in rows],
+        },
+    )
+    if not returning:
+        return []
+    return [StoredChunk(int(r[0]), str(r[1]), int(r[2]), bool(r[3])) for r in result]
+
+
+async def close_versions(
+    conn: AsyncConnection, opened: Sequence[OpenedVersion], *, max_text_chars: int | None = None
+) -> dict[str, int]:
+    """After every chunk of the opened versions is inserted: assemble each document's text from its
+    chunk rows (cut at ``max_text_chars``, recorded as ``meta.text_truncated``; the chunks keep every
+    word), record its pending count as ``meta.embedding_progress``, move the BM25 statistics to the
+    new chunks and close the previous version's chunks. Answers the pending count per document."""
+    ids = [o.document_id for o in opened]
+    versions = [o.version for o in opened]
+    result = await conn.execute(
+        text(
+            "UPDATE ce_documents d SET text = CASE WHEN CAST(:cap AS integer) IS NULL THEN t.txt "
+            "ELSE left(t.txt, CAST(:cap AS integer)) END, meta = jsonb_set(CASE WHEN length(t.txt) > "
+            "CAST(:cap AS integer) THEN d.meta || jsonb_build_object('text_truncated', true) ELSE d.meta END, "
+            "'{embedding_progress}', "
+            "jsonb_build_object('done', 0, 'total', t.pending, 'tokens', 0)) FROM (SELECT c.document_id, "
+            "coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') AS txt, "
+            "count(*) FILTER (WHERE c.embedding IS NULL) AS pending FROM ce_chunks c "
+            "JOIN unnest(CAST(:ids AS uuid[]), CAST(:vs AS integer[])) AS x(id, v) "
+            "ON c.document_id = x.id AND c.version = x.v GROUP BY 1) t "
+            "WHERE d.id = t.document_id RETURNING CAST(d.id AS text), t.pending"
+        ),
+        {"ids": ids, "vs": versions, "cap": max_text_chars},
+    )
+    pending = {str(r[0]): int(r[1]) for r in result}
+    await bm25_stats.replace_versions(conn, ids, versions, replacing=any(o.replaces for o in opened))
+    # close the previous versions' chunks only now: the copies above read from them
+    replaced = [o for o in opened if o.replaces]
+    if replaced:
+        await conn.execute(
+            text(
+                "UPDATE ce_chunks c SET valid_to = x.r FROM unnest(CAST(:ids AS uuid[]), CAST(:vs AS integer[]), "
+                "CAST(:rs AS bigint[])) AS x(id, v, r) WHERE c.document_id = x.id AND c.valid_to IS NULL "
+                "AND c.version < x.v"
+            ),
+            {
+                "ids": [o.document_id for o in replaced],
+                "vs": [o.version for o in replaced],
+                "rs": [o.revision for o in replaced],
+            },
+        )
+    return {i: pending.get(i, 0) for i in ids}
 
 
 async def write_document(
     conn: AsyncConnection,
-    *,
-    existing_id: str | None,
-    source_id: str,
-    name: str,
-    mime: str,
-    acl: Sequence[str],
-    attributes: dict[str, Any],
-    content_hash: str,
-    meta: dict[str, Any],
+    head: VersionHead,
     chunks: AsyncIterable[Sequence[ChunkRow]],
-    chunk_count: int,
+    *,
     embedding_key: str,
     text_search_config: str,
     lease_holder: str,
     lease_seconds: float,
     max_text_chars: int | None = None,
-) -> tuple[str, int, int]:
-    """Write a new version (closing the previous one) in the caller's transaction, in status
-    ``embedding`` and leased to ``lease_holder`` (the run that will embed it).
+) -> tuple[OpenedVersion, int]:
+    """Write a new version of one document whose chunks arrive in slices (of ``INSERT_SLICE`` rows, as
+    the caller makes them, so a document of 40,000 chunks never holds every row at once), in the
+    caller's transaction, in status ``embedding`` and leased to ``lease_holder``.
 
-    Returns ``(document_id, version, revision)``. Unchanged chunks get the previous version's
-    vector copied inside the database, never read into the process. The document's text is its
-    chunks' texts joined by blank lines, assembled by the database.
-    ``chunks`` arrives in slices (of ``INSERT_SLICE`` rows, as the caller makes them), so a document
-    of 40,000 chunks never holds every row, or every row's parameters, at once.
+    Returns the opened version and how many of its chunks still need a vector.
     """
-    revision = await next_revision(conn)
-    params: dict[str, Any] = {
-        "s": source_id,
-        "n": name,
-        "m": mime,
-        "acl": list(acl),
-        "attr": json.dumps(attributes),
-        "h": content_hash,
-        "meta": json.dumps(meta),
-        "r": revision,
-        "cc": chunk_count,
-        "lh": lease_holder,
-        "t": lease_seconds,
-    }
-    if existing_id is None:
-        doc_id = str(uuid.uuid4())
-        params["id"] = doc_id
-        version = 1
-        await conn.execute(
-            text(
-                "INSERT INTO ce_documents (id, source_id, name, mime, text, acl, attributes, status, "
-                "content_hash, meta, version, chunk_count, created_revision, updated_revision, lease_holder, "
-                "lease_until) VALUES (CAST(:id AS uuid), :s, :n, :m, '', CAST(:acl AS text[]), "
-                "CAST(:attr AS jsonb), 'embedding', :h, CAST(:meta AS jsonb), 1, :cc, :r, :r, CAST(:lh AS uuid), "
-                f"{_LEASE_UNTIL})"
-            ),
-            params,
-        )
-    else:
-        doc_id = existing_id
-        params["id"] = doc_id
-        version = int(
-            await conn.scalar(
-                text(
-                    "UPDATE ce_documents SET mime = :m, text = '', acl = CAST(:acl AS text[]), "
-                    "attributes = CAST(:attr AS jsonb), status = 'embedding', failure_reason = NULL, error = NULL, "
-                    "content_hash = :h, meta = CAST(:meta AS jsonb), version = version + 1, chunk_count = :cc, "
-                    "updated_revision = :r, updated_at = now(), lease_holder = CAST(:lh AS uuid), "
-                    f"lease_until = {_LEASE_UNTIL} WHERE id = CAST(:id AS uuid) RETURNING version"
-                ),
-                params,
-            )
-        )
-    await conn.execute(
-        text(
-            "UPDATE ce_document_versions SET valid_to = :r WHERE document_id = CAST(:id AS uuid) AND valid_to IS NULL"
-        ),
-        params,
-    )
-    await conn.execute(
-        text(
-            "INSERT INTO ce_document_versions (document_id, version, source_id, name, content_hash, valid_from) "
-            "VALUES (CAST(:id AS uuid), :v, :s, :n, :h, :r)"
-        ),
-        {**params, "v": version},
-    )
+    (opened,) = await open_versions(conn, [head], lease_holder=lease_holder, lease_seconds=lease_seconds)
     async for piece in chunks:
-        await conn.execute(
-            _INSERT_CHUNK,
-            [
-                {
-                    "id": doc_id,
-                    "v": version,
-                    "pos": c.position,
-                    "s": source_id,
-                    "acl": list(acl),
-                    "ct": c.text,
-                    "th": c.text_hash,
-                    "sec": c.section,
-                    "pg": c.page,
-                    "kind": c.kind,
-                    "cfg": text_search_config,
-                    "emb": vector_literal(c.embedding) if c.embedding is not None else None,
-                    "ek": embedding_key,
-                    "cmeta": json.dumps(c.meta),
-                    "r": revision,
-                }
-                for c in piece
-            ],
+        await insert_chunks(
+            conn,
+            [(opened.document_id, c) for c in piece],
+            embedding_key=embedding_key,
+            text_search_config=text_search_config,
+            returning=False,
         )
-    # the document's text, assembled here from its chunk rows rather than sent as one parameter, and
-    # cut at ``max_text_chars`` (the chunks keep every word); a cut is recorded as meta.text_truncated
-    await conn.execute(
-        text(
-            "UPDATE ce_documents d SET text = CASE WHEN CAST(:cap AS integer) IS NULL THEN t.body "
-            "ELSE left(t.body, CAST(:cap AS integer)) END, "
-            "meta = CASE WHEN length(t.body) > CAST(:cap AS integer) "
-            "THEN d.meta || jsonb_build_object('text_truncated', true) ELSE d.meta END "
-            "FROM (SELECT coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') AS body "
-            "FROM ce_chunks c WHERE c.document_id = CAST(:id AS uuid) AND c.version = :v) t "
-            "WHERE d.id = CAST(:id AS uuid)"
-        ),
-        {"id": doc_id, "v": version, "cap": max_text_chars},
-    )
-    await bm25_stats.replace_version(conn, doc_id, version)
-    # close the previous version's chunks only now: the copies above read from them
-    await conn.execute(
-        text(
-            "UPDATE ce_chunks SET valid_to = :r WHERE document_id = CAST(:id AS uuid) "
-            "AND valid_to IS NULL AND version < :v"
-        ),
-        {"r": revision, "id": doc_id, "v": version},
-    )
-    return doc_id, version, revision
+    pending = await close_versions(conn, [opened], max_text_chars=max_text_chars)
+    return opened, pending[opened.document_id]
 
 
 async def write_failed(
