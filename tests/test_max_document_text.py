@@ -131,3 +131,21 @@ def test_the_route_reports_the_cut(pg_base_url: str, server: FakeHTTPServer) -> 
             read = send("GET", f"/context/documents/{doc_id}", None, {})
     assert stored.status == 201 and stored.body["documents"][0]["text_truncated"] is True
     assert read.status == 200 and read.body["text_truncated"] is True and len(read.body["text"]) == CAP
+
+
+async def test_ingest_many_cuts_the_stored_text_and_reports_it_per_document(
+    database_url: str, server: FakeHTTPServer
+) -> None:
+    long, short = _sections(8), "A short note."
+    async with ContextEngine(_config(database_url, server, CAP)) as engine:
+        answer = await engine.ingest_many([{"text": long, "name": "long"}, {"text": short, "name": "short"}])
+        reports = [item.report for item in answer.items]
+        assert [r.text_truncated for r in reports if r is not None] == [True, False]
+        first, second = reports
+        assert first is not None and second is not None and first.document_id and second.document_id
+        cut = await engine.get_document(first.document_id, principals=TRUSTED)
+        chunks = await _chunk_texts(engine, first.document_id)
+        assert cut.text_truncated is True and cut.text == "\n\n".join(chunks)[:CAP]
+        assert "the closing remark" in chunks[-1]  # every chunk kept
+        whole = await engine.get_document(second.document_id, principals=TRUSTED)
+        assert whole.text_truncated is False and whole.text == short
