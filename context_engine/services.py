@@ -45,6 +45,7 @@ class Services:
         self._embedder = embedder
         self._owns_embedder = embedder is None
         self._schema_checked = False
+        self._reads: tuple[AsyncEngine, AsyncEngine] | None = None
         #: the text-search configuration the schema was migrated with (read from it on first use)
         self.text_search_config: str = config.search.text_search_config
 
@@ -74,6 +75,14 @@ class Services:
                 self.text_search_config = await self._check_schema(db)
             self._schema_checked = True
         return db
+
+    async def reads(self) -> AsyncEngine:
+        """The pool in autocommit, for plain reads: a single statement then costs one round trip,
+        not BEGIN, statement and ROLLBACK (under load each is a wake-up of both processes)."""
+        db = await self.db()
+        if self._reads is None or self._reads[0] is not db:
+            self._reads = (db, db.execution_options(isolation_level="AUTOCOMMIT"))
+        return self._reads[1]
 
     async def _check_schema(self, db: AsyncEngine) -> str:
         try:
