@@ -234,14 +234,14 @@ class FusionConfig(BaseModel):
 
     model_config = _STRICT
 
-    #: ``convex``: weighted mean of per-query min-max normalised scores (SciFact 0.734 nDCG@10);
-    #: ``rrf``: weighted reciprocal rank fusion (0.723 at its best k and weights); benchmarks/README.md
+    #: ``convex``: weighted mean of per-query min-max normalised scores (SciFact, plain text, 0.730
+    #: nDCG@10); ``rrf``: weighted reciprocal rank fusion (0.716 at its best k); benchmarks/README.md
     method: Literal["convex", "rrf"] = "convex"
     #: RRF constant (``method="rrf"``, and /knowledge/query's fusion of its queries): 10 ranked
     #: SciFact 0.012 nDCG@10 above 20 and 0.025 above 60 (benchmarks/README.md)
     k: int = Field(default=10, ge=1)
     #: weight per search leg, by the leg's registered name (``fts``, ``trigram``, ``vector``, or a leg
-    #: a host registered); a leg not named keeps its default (fts 1.6, trigram 0, vector 1.0: see
+    #: a host registered); a leg not named keeps its default (fts 1.4, trigram 0, vector 1.0: see
     #: context_engine/retrieval/legs/), and a leg weighted 0 does not run
     weights: dict[str, float] = Field(default_factory=lambda: _leg_weights({}))
 

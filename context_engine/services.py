@@ -65,6 +65,7 @@ class Services:
         self._owns_embedder = embedder is None
         self._schema_checked = False
         self._vision_llm: LLMClient | None = None
+        self._reads: dict[AsyncEngine, AsyncEngine] = {}
         #: the text-search configuration the schema was migrated with (read from it on first use)
         self.text_search_config: str = config.search.text_search_config
         #: built now so a malformed read URL is refused at construction (``ConfigError``)
@@ -112,6 +113,15 @@ class Services:
                 self.text_search_config = await self._check_schema(db)
             self._schema_checked = True
         return db
+
+    async def reads(self) -> AsyncEngine:
+        """The pool in autocommit, for plain reads: a single statement then costs one round trip,
+        not BEGIN, statement and ROLLBACK (under load each is a wake-up of both processes)."""
+        db = await self.read_db()  # the read replica a read was given, else the writer
+        view = self._reads.get(db)
+        if view is None:
+            view = self._reads[db] = db.execution_options(isolation_level="AUTOCOMMIT")
+        return view
 
     async def _check_schema(self, db: AsyncEngine) -> str:
         try:

@@ -36,6 +36,8 @@ class Search:
 
     services: Services
     db: AsyncEngine
+    #: ``db`` in autocommit: a leg's plain reads, without a BEGIN and a ROLLBACK round trip each
+    reads: AsyncEngine
     queries: list[str]
     scope: ReadScope
     limit: int
@@ -124,7 +126,7 @@ class Retriever:
     async def retrieve(self, queries: list[str], scope: ReadScope, limit: int) -> Retrieval:
         """Every active leg for every query, concurrently; ``limit`` candidates per (leg, query)."""
         db = await self.services.read_db()  # a read replica when the read was given one
-        search = Search(self.services, db, list(queries), scope, limit)
+        search = Search(self.services, db, await self.services.reads(), list(queries), scope, limit)
         active = [self.active(q) for q in queries]
         runs: list[tuple[str, int, Awaitable[list[tuple[int, float]]]]] = []
         names: list[str] = []

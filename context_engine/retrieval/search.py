@@ -5,6 +5,10 @@ documents in ``top_k``, scores each by its best passage and returns its best pas
 Candidates are taken per leg as for passages; when the fused candidates hold fewer than ``top_k``
 documents while some leg came back full (so more may exist), the per-leg depth doubles and the
 legs run again, up to ``MAX_DOCUMENT_DEPTH`` candidates per leg.
+
+Round trips are what a search waits on under load, so after the legs there is one statement: the
+fused candidates' rows (document, text, place) are read together, grouped here, and the passages
+returned come from those rows. Only a very deep candidate list is grouped on ids alone first.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from context_engine.storage.predicates import ReadScope
 
 #: the deepest a document search asks any leg for (candidates per leg)
 MAX_DOCUMENT_DEPTH = 20_000
+#: up to this many fused candidates, a document search reads their rows whole in the statement
+#: that groups them (one round trip instead of two); beyond it, ids are grouped first
+GROUP_WITH_ROWS = 2_000
 
 
 def _ms(started: float) -> float:
@@ -41,14 +48,20 @@ async def search(
     started = time.perf_counter()
     config = retriever.services.config
     method = config.fusion.method
-    db = await retriever.services.read_db()  # the server the legs read, so the winners are found
+    db = await retriever.services.reads()  # the server the legs read, so the winners are found
+    rows: dict[int, dict[str, Any]] | None = None
     if group_by == "document":
         depth = max(config.search.candidates, 2 * top_k)
         while True:
             retrieval = await retriever.retrieve([query], scope, depth)
             results = retrieval.for_query(0)
             ranked = retriever.fuse(method, results)
-            owner = await repo.chunk_documents(db, [cid for cid, _ in ranked], scope)
+            ids = [cid for cid, _ in ranked]
+            if len(ids) <= GROUP_WITH_ROWS:
+                rows = await repo.fetch_hits(db, ids, scope)
+                owner = {cid: str(row["document_id"]) for cid, row in rows.items()}
+            else:
+                rows, owner = None, await repo.chunk_documents(db, ids, scope)
             order: dict[str, list[tuple[int, float]]] = {}
             for cid, score in ranked:
                 if cid in owner:
@@ -67,7 +80,9 @@ async def search(
         ranked = retriever.fuse(method, results)
         fused = ranked[:top_k]
     t0 = time.perf_counter()
-    hits = await _hits(db, red, retrieval, fused, scope)
+    if rows is None:
+        rows = await repo.fetch_hits(db, [cid for cid, _ in fused], scope)
+    hits = _hits(red, retrieval, fused, rows)
     compression: dict[str, Any] | None = None
     if compress_to_tokens is not None:
         hits, compression = budget.compress(hits, compress_to_tokens, retriever.services.embedder.count_tokens)
@@ -91,22 +106,23 @@ async def search(
     return SearchResult(hits=hits, usage=usage, documents=documents)
 
 
-async def _hits(
-    db: Any, red: Redactor, retrieval: Retrieval, fused: list[tuple[int, float]], scope: ReadScope
+def _hits(
+    red: Redactor, retrieval: Retrieval, fused: list[tuple[int, float]], rows: dict[int, dict[str, Any]]
 ) -> list[Hit]:
-    rows = await repo.fetch_hits(db, [cid for cid, _ in fused], scope)
+    """The winners as hits, in fused order, redacted (a no-op policy is checked once, not per field)."""
     similarity = dict(retrieval.for_query(0).get("vector", []))
     found_by = retrieval.found_by()
+    redact = (lambda value: value) if red.noop else red.text
     return [
         Hit(
             document_id=str(row["document_id"]),
-            document_name=red.text(row["document_name"]),
-            chunk_text=red.text(row["text"]),
+            document_name=redact(row["document_name"]),
+            chunk_text=redact(row["text"]),
             score=round(score, 6),
             source_id=row["source_id"],
             chunk_idx=row["position"],
             chunk_id=cid,
-            section=red.text(row["section"]),
+            section=redact(row["section"]),
             page=row["page"],
             matched_by=found_by.get(cid, []),
             similarity=round(similarity[cid], 6) if cid in similarity else None,
@@ -139,4 +155,3 @@ def _documents(hits: list[Hit]) -> list[DocumentHit]:
             )
         )
     return documents
-

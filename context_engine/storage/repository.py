@@ -888,13 +888,15 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
         return {}
     params: dict[str, Any] = {"ids": list(ids)}
     # the name is the version's own: a hit as of a past revision carries the name of then (rows
-    # written without a version row, as a bulk load may, fall back to the live document's name)
+    # written without a version row, as a bulk load may, fall back to the live document's name).
+    # Looked up per row by primary key, the document only when the version has no name (coalesce
+    # stops at its first non-null argument): a join let the planner hash the whole versions table.
     sql = (
-        "SELECT c.id, c.document_id, coalesce(v.name, d.name) AS document_name, c.text, c.source_id, c.position, "
-        "c.section, c.page, c.kind, c.version FROM ce_chunks c LEFT JOIN ce_document_versions v "
-        "ON v.document_id = c.document_id AND v.version = c.version LEFT JOIN ce_documents d ON d.id = c.document_id "
-        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND coalesce(v.name, d.name) IS NOT NULL "
-        f"AND {scope.predicate('c', params)}"
+        "SELECT c.id, c.document_id, n.name AS document_name, c.text, c.source_id, c.position, "
+        "c.section, c.page, c.kind, c.version FROM ce_chunks c CROSS JOIN LATERAL (SELECT coalesce("
+        "(SELECT v.name FROM ce_document_versions v WHERE v.document_id = c.document_id AND v.version = c.version), "
+        "(SELECT d.name FROM ce_documents d WHERE d.id = c.document_id)) AS name) n "
+        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND n.name IS NOT NULL AND {scope.predicate('c', params)}"
     )
     async with db.connect() as conn:
         return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}

@@ -88,7 +88,7 @@ class GraphLeg:
     """``graph``: weight 1.0, the vector leg's neutral weight.
 
     The rule: until a graph relevance benchmark exists the leg counts as one ordinary leg, below the
-    measured full-text weight (1.6). It returns only chunks tied to an entity the query names, so on
+    measured full-text weight (1.4). It returns only chunks tied to an entity the query names, so on
     a query naming none it adds nothing to fusion whatever its weight.
     """
 

@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
+import psycopg
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from context_engine.errors import StorageUnavailable
 from context_engine.retrieval import planner, query_shape
 from context_engine.retrieval.planner import VectorPlan
 from context_engine.storage.predicates import ReadScope
@@ -49,9 +51,8 @@ async def vector_leg(
             "ORDER BY c.embedding <=> CAST(:qv AS vector) LIMIT :probe_rows) "
             "SELECT id, 1 - d, (SELECT count(*) FROM near) FROM near WHERE ok ORDER BY d, id LIMIT :limit"
         )
-        async with db.begin() as conn:
-            await _set_local(conn, settings)
-            rows = (await conn.execute(probe, params | {"probe_rows": rows_read})).all()
+        async with db.connect() as conn:
+            rows = await _forced_index_scan(conn, probe, params | {"probe_rows": rows_read}, settings)
         # proof: limit of the caller's rows among the nearest read, or the whole index read
         if len(rows) >= limit or (rows and int(rows[0][2]) < rows_read):
             return [(int(r[0]), float(r[1])) for r in rows]
@@ -60,9 +61,8 @@ async def vector_leg(
             return await _exact(db, query, params)
     if plan.plan in (planner.ANN, planner.PROBE):
         settings = plan.settings if plan.settings is not None else planner.ann_settings(plan, limit)
-        async with db.begin() as conn:  # transaction-local settings, one round trip
-            await _set_local(conn, settings)
-            rows = (await conn.execute(query("c.embedding <=> CAST(:qv AS vector)"), params)).all()
+        async with db.connect() as conn:
+            rows = await _forced_index_scan(conn, query("c.embedding <=> CAST(:qv AS vector)"), params, settings)
         if len(rows) >= limit or not plan.allow_fallback or (plan.eligible is not None and plan.eligible <= len(rows)):
             pairs = [(int(r[0]), float(r[1])) for r in rows]
             pairs.sort(key=lambda p: (-p[1], p[0]))  # relaxed order returns near-sorted rows
@@ -71,20 +71,36 @@ async def vector_leg(
     return await _exact(db, query, params)
 
 
-async def _set_local(conn: AsyncConnection, settings: dict[str, str]) -> None:
-    """Transaction-local settings in one round trip."""
-    values: dict[str, str] = {}
-    for i, (name, value) in enumerate(settings.items()):
-        values[f"g{i}"], values[f"s{i}"] = name, value
-    gucs = ", ".join(f"set_config(:g{i}, :s{i}, true)" for i in range(len(settings)))
-    await conn.execute(text(f"SELECT {gucs}"), values)
-
-
 async def _exact(db: AsyncEngine, query: Callable[[str], Any], params: dict[str, Any]) -> list[tuple[int, float]]:
     """The eligible rows scanned and sorted: ordered by an expression no index can serve."""
     async with db.connect() as conn:
         rows = (await conn.execute(query("(c.embedding <=> CAST(:qv AS vector)) + 0"), params)).all()
     return [(int(r[0]), float(r[1])) for r in rows]
+
+
+async def _forced_index_scan(
+    conn: AsyncConnection, statement: TextClause, params: dict[str, Any], settings: dict[str, str]
+) -> list[tuple[Any, ...]]:
+    """``statement`` under transaction-local ``settings``, in one round trip.
+
+    The settings must be in force when the query is planned, so they are a statement of their own
+    inside the query's transaction; psycopg's pipeline sends BEGIN, the settings, the query and
+    COMMIT together instead of waiting for each (under load every round trip is a wake-up of both
+    processes). Every value is still a bound parameter.
+    """
+    values: dict[str, str] = {}
+    for i, (name, value) in enumerate(settings.items()):
+        values[f"g{i}"], values[f"s{i}"] = name, value
+    gucs = ", ".join(f"set_config(%(g{i})s, %(s{i})s, true)" for i in range(len(settings)))
+    compiled = statement.compile(dialect=conn.dialect)
+    raw = (await conn.get_raw_connection()).driver_connection
+    try:
+        async with raw.pipeline(), raw.transaction():
+            await raw.execute(f"SELECT {gucs}", values)
+            cursor = await raw.execute(compiled.string, compiled.construct_params(params))
+        return list(await cursor.fetchall())
+    except psycopg.OperationalError as exc:  # the driver's own error: SQLAlchemy's translation is bypassed
+        raise StorageUnavailable("the database could not be reached; retry shortly") from exc
 
 
 async def plan_for(db: AsyncEngine, scope: ReadScope, config: ContextEngineConfig, *, limit: int = 10) -> VectorPlan:
@@ -114,9 +130,9 @@ class VectorLeg:
         config = search.services.config
         vectors, plan = await asyncio.gather(
             search.vectors(),
-            search.once("vector_plan", lambda: plan_for(search.db, search.scope, config, limit=search.limit)),
+            search.once("vector_plan", lambda: plan_for(search.reads, search.scope, config, limit=search.limit)),
         )
-        found = await vector_leg(search.db, vectors[index], search.scope, limit=search.limit, plan=plan)
+        found = await vector_leg(search.reads, vectors[index], search.scope, limit=search.limit, plan=plan)
         search.usage["vector_plan"] = plan.usage()
         if config.search.vector_floor == "adaptive":
             floor = query_shape.vector_floor(search.queries[index])
