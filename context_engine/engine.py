@@ -260,8 +260,8 @@ class ContextEngine:
         """Load many new documents fast (``context_engine.ingest.bulk``): a batch of
         ``batch_chunks`` chunks per transaction, written with binary COPY. ``documents`` are
         mappings (``text``, ``name``, ``source_id``, ``acl``, ``attributes``, ``mime``) or
-        ``BulkDocument``. With ``build_index`` the vector index is dropped for the load and built
-        once after it (``maintenance_work_mem``, ``parallel_workers`` for that build). Documents
+        ``BulkDocument``. With ``build_index`` the vector and text indexes are dropped for the load
+        and built once after it (``maintenance_work_mem``, ``parallel_workers`` for that build). Documents
         whose identity is taken go through the ordinary ingest. Returns a ``BulkReport``."""
         from context_engine.ingest.bulk import BulkLoader
 
