@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,14 +73,16 @@ _CHUNK_TYPES = "int8 uuid int4 text text[] text text text int4 text vector jsonb
 
 @dataclass
 class BulkDocument:
-    """One document of a bulk load (text only: files go through the ordinary ingest)."""
+    """One document of a bulk load: a ``text``, or a ``file`` (its bytes or its path) extracted as
+    an ordinary ingest extracts it."""
 
-    text: str
+    text: str | None = None
     name: str | None = None
     source_id: str = "default"
     acl: list[str] = field(default_factory=list)
     attributes: dict[str, Any] = field(default_factory=dict)
     mime: str | None = None
+    file: bytes | Path | None = None
 
 
 class BulkReport(BaseModel):
@@ -127,29 +130,35 @@ def index_definitions() -> dict[str, str]:
     return found
 
 
+_FIELDS = ("text", "file", "name", "source_id", "acl", "attributes", "mime")
+
+
 def document(value: BulkDocument | Mapping[str, Any]) -> BulkDocument:
-    """A mapping (``text``, ``name``, ``source_id``, ``acl``, ``attributes``, ``mime``) or a
-    :class:`BulkDocument`, checked; raises InvalidRequest naming the bad field."""
+    """A mapping (``text`` or ``file``, ``name``, ``source_id``, ``acl``, ``attributes``, ``mime``)
+    or a :class:`BulkDocument`, checked; raises InvalidRequest naming the bad field."""
     if isinstance(value, BulkDocument):
         doc = value
     elif isinstance(value, Mapping):
-        unknown = set(value) - {"text", "name", "source_id", "acl", "attributes", "mime"}
+        unknown = set(value) - set(_FIELDS)
         if unknown:
             raise InvalidRequest(f"unknown document fields: {', '.join(sorted(map(str, unknown)))}")
-        if "text" not in value:
-            raise InvalidRequest("every document needs a text")
         doc = BulkDocument(
-            text=value["text"],
+            text=value.get("text"),
             name=value.get("name"),
             source_id=value.get("source_id", "default"),
             acl=value.get("acl") or [],
             attributes=value.get("attributes") or {},
             mime=value.get("mime"),
+            file=value.get("file"),
         )
     else:
         raise InvalidRequest("each document must be a mapping or a BulkDocument")
-    if not isinstance(doc.text, str):
+    if (doc.text is None) == (doc.file is None):
+        raise InvalidRequest("every document needs exactly one of text or file")
+    if doc.text is not None and not isinstance(doc.text, str):
         raise InvalidRequest("text must be a string")
+    if doc.file is not None and not isinstance(doc.file, bytes | Path):
+        raise InvalidRequest("file must be bytes or a path")
     if not isinstance(doc.source_id, str) or not doc.source_id.strip():
         raise InvalidRequest("source_id must be a non-empty string")
     if doc.name is not None and (not isinstance(doc.name, str) or not doc.name.strip()):
@@ -160,7 +169,8 @@ def document(value: BulkDocument | Mapping[str, Any]) -> BulkDocument:
         raise InvalidRequest("attributes must be an object")
     if doc.mime is not None and not isinstance(doc.mime, str):
         raise InvalidRequest("mime must be a string")
-    return BulkDocument(doc.text, doc.name, doc.source_id, sorted(set(doc.acl)), dict(doc.attributes), doc.mime)
+    acl = sorted(set(doc.acl))
+    return BulkDocument(doc.text, doc.name, doc.source_id, acl, dict(doc.attributes), doc.mime, doc.file)
 
 
 class BulkLoader:
@@ -214,7 +224,7 @@ class BulkLoader:
                 handover = []
 
             while True:
-                docs = [document(d) for d in islice(source, _PREPARE_SLICE)]
+                docs = [self._scrubbed(document(d)) for d in islice(source, _PREPARE_SLICE)]
                 for doc in docs:
                     if not holds_acl(doc.acl, caller):
                         raise Forbidden("you may only file a document under an ACL you hold")
@@ -222,10 +232,14 @@ class BulkLoader:
                 ready, refused = await asyncio.to_thread(self._prepare_all, docs)
                 handover += refused
                 pending += ready
-                if sum(len(r.chunks) for r in pending) >= batch_chunks or (not docs and pending):
+                while pending and (not docs or sum(len(r.chunks) for r in pending) >= batch_chunks):
+                    cut, size = 0, 0
+                    while cut < len(pending) and size < batch_chunks:
+                        size += len(pending[cut].chunks)
+                        cut += 1
                     await finish()
-                    writing = asyncio.create_task(self._write_batch(db, pending, seen, report))
-                    pending = []
+                    writing = asyncio.create_task(self._write_batch(db, pending[:cut], seen, report))
+                    pending = pending[cut:]
                 if not docs:
                     break
             await finish()
@@ -259,36 +273,49 @@ class BulkLoader:
                 ready.append(item)
         return ready, refused
 
+    def _scrubbed(self, doc: BulkDocument) -> BulkDocument:
+        """Ingest-stage redaction of what is stored beside the text, as ``engine.ingest`` applies it
+        (the text itself is scrubbed unit by unit while it is chunked)."""
+        scrub = self.ingestor.scrubber
+        doc.name = scrub.text(doc.name) if doc.name is not None else None
+        doc.attributes = scrub.obj(doc.attributes)
+        if doc.mime is None and doc.text is not None:  # what engine.ingest assumes of a text
+            html = doc.name is not None and doc.name.lower().endswith((".html", ".htm"))
+            doc.mime = "text/html" if html else "text/markdown"
+        return doc
+
     def _prepare(self, doc: BulkDocument) -> _Ready | None:
         services = self.services
         embedder = services.embedder
-        scrub = self.ingestor.scrubber
         cap = services.config.ingest.max_file_bytes
-        source, name = open_source(doc.text, None, scrub.text(doc.name) if doc.name else None, cap)
-        mime = doc.mime
-        if mime is None:
-            mime = "text/html" if name and name.lower().endswith((".html", ".htm")) else "text/markdown"
+        source, name = open_source(doc.text, doc.file, doc.name, cap)
         budget = min(services.config.ingest.chunk_tokens, embedder.max_input_tokens)
         try:
             streamed = chunk_stream(
-                source, name or UNNAMED, mime, budget, embedder.count_tokens, services.config.ingest.max_rows, scrub
+                source,
+                name or UNNAMED,
+                doc.mime,
+                budget,
+                embedder.count_tokens,
+                services.config.ingest.max_rows,
+                self.ingestor.scrubber,
             )
             prepared = prepare(streamed, embedder.count_tokens, input_cap=embedder.max_input_tokens, hold=1 << 62)
         except ExtractionFailed:
             return None
         if prepared.too_large is not None or prepared.chunks is None:
             return None
-        doc.attributes = scrub.obj(doc.attributes)
         return _Ready(doc, name or unnamed_name(prepared.content_hash, doc.acl), prepared, prepared.chunks)
 
     async def _ordinary(self, doc: BulkDocument, caller: tuple[str, ...] | None) -> DocumentReport:
+        source, name = open_source(doc.text, doc.file, doc.name, self.services.config.ingest.max_file_bytes)
         return await self.ingestor.ingest(
-            doc.text.encode("utf-8"),
-            name=doc.name,
+            source,
+            name=name,
             source_id=doc.source_id,
             acl=doc.acl,
             attributes=doc.attributes,
-            mime=doc.mime or "text/markdown",
+            mime=doc.mime,
             caller=caller,
         )
 
