@@ -3,6 +3,7 @@ the search indexes rebuilt as the migrations declare them, bad input refused, th
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -11,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import text
 
 from context_engine import TRUSTED, ContextEngine
 from context_engine.cli import main
@@ -185,6 +187,25 @@ async def test_taken_identities_and_unstorable_documents_go_the_ordinary_way(
         "twice.md": "second copy of the name",
         "plain.md": "a plain bulk document about kinase",
     }
+
+
+async def test_searches_keep_answering_while_the_indexes_are_away(words_engine: ContextEngine) -> None:
+    await words_engine.ingest(text="Herons wait motionless at the river bank.", name="anchor.md", acl=["team-a"])
+    db = await words_engine.database()
+    load = asyncio.create_task(words_engine.bulk_ingest(corpus(150), batch_chunks=100))
+    answered_without_index = 0
+    while not load.done():
+        async with db.connect() as conn:
+            present = await conn.scalar(
+                text("SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_ce_chunks_embedding'")
+            )
+        result = await words_engine.search("herons river bank", top_k=3, principals=["team-a"])
+        assert result.hits and result.hits[0].document_name == "anchor.md"
+        answered_without_index += present == 0
+        await asyncio.sleep(0.05)
+    report = await load
+    assert report.documents == 150 and report.index_rebuilt
+    assert answered_without_index > 0
 
 
 @pytest.mark.parametrize(
