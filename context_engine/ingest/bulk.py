@@ -210,7 +210,7 @@ class BulkLoader:
         try:
             seen: set[tuple[str, str]] = set()
             source = iter(documents)
-            pending: list[_Ready] = []
+            pending: list[_Ready | BulkDocument] = []
             handover: list[BulkDocument] = []
 
             async def finish() -> None:
@@ -229,13 +229,11 @@ class BulkLoader:
                     if not holds_acl(doc.acl, caller):
                         raise Forbidden("you may only file a document under an ACL you hold")
                 # the next documents are extracted and chunked while the batch before them is written
-                ready, refused = await asyncio.to_thread(self._prepare_all, docs)
-                handover += refused
-                pending += ready
-                while pending and (not docs or sum(len(r.chunks) for r in pending) >= batch_chunks):
+                pending += await asyncio.to_thread(self._prepare_all, docs)
+                while pending and (not docs or sum(_chunks(r) for r in pending) >= batch_chunks):
                     cut, size = 0, 0
                     while cut < len(pending) and size < batch_chunks:
-                        size += len(pending[cut].chunks)
+                        size += _chunks(pending[cut])
                         cut += 1
                     await finish()
                     writing = asyncio.create_task(self._write_batch(db, pending[:cut], seen, report))
@@ -260,18 +258,11 @@ class BulkLoader:
         return report
 
     # ------------------------------------------------------------------ preparing
-    def _prepare_all(self, docs: list[BulkDocument]) -> tuple[list[_Ready], list[BulkDocument]]:
-        """Extract and chunk (CPU work, in a thread); documents that cannot be stored as they are
-        go back to be ingested the ordinary way, which records why."""
-        ready: list[_Ready] = []
-        refused: list[BulkDocument] = []
-        for doc in docs:
-            item = self._prepare(doc)
-            if item is None:
-                refused.append(doc)
-            else:
-                ready.append(item)
-        return ready, refused
+    def _prepare_all(self, docs: list[BulkDocument]) -> list[_Ready | BulkDocument]:
+        """Extract and chunk (CPU work, in a thread). A document that cannot be stored as it is
+        stays as it came, in its place, to be ingested the ordinary way (which records why) right
+        after the batch it falls in."""
+        return [self._prepare(doc) or doc for doc in docs]
 
     def _scrubbed(self, doc: BulkDocument) -> BulkDocument:
         """Ingest-stage redaction of what is stored beside the text, as ``engine.ingest`` applies it
@@ -351,12 +342,15 @@ class BulkLoader:
 
     # ------------------------------------------------------------------ writing
     async def _write_batch(
-        self, db: AsyncEngine, pending: list[_Ready], seen: set[tuple[str, str]], report: BulkReport
+        self, db: AsyncEngine, pending: list[_Ready | BulkDocument], seen: set[tuple[str, str]], report: BulkReport
     ) -> list[BulkDocument]:
         """Write one batch in one transaction; returns the documents left to the ordinary path."""
         fresh: list[_Ready] = []
         later: list[BulkDocument] = []
         for r in pending:
+            if isinstance(r, BulkDocument):
+                later.append(r)
+                continue
             identity = (r.doc.source_id, r.name)
             if identity in seen:
                 later.append(r.doc)
@@ -498,6 +492,10 @@ class BulkLoader:
                 "tokens = g.tokens + EXCLUDED.tokens",
                 {"cfg": services.text_search_config, "ek": key},
             )
+
+
+def _chunks(item: _Ready | BulkDocument) -> int:
+    return len(item.chunks) if isinstance(item, _Ready) else 0
 
 
 async def _taken(conn: AsyncConnection, ready: list[_Ready]) -> set[int]:
