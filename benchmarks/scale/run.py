@@ -153,7 +153,8 @@ def documents(
             parts = []
             for r in range(d, d + per):
                 embedder.give(passages[r - lo], vecs[r - lo])
-                parts.append(f"## {headings[r - lo]}\n\n{passages[r - lo]}")
+                # numbered, so two equal headings never make one section (the chunker packs a section)
+                parts.append(f"## {r - d + 1}. {headings[r - lo]}\n\n{passages[r - lo]}")
             yield {
                 "text": "\n\n".join(parts),
                 "name": f"{prefix}-{d // per:07d}",
