@@ -12,7 +12,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -49,6 +49,9 @@ from context_engine.revisions.models import DocumentVersion, VacuumReport
 from context_engine.services import HttpClientFactory, Services
 from context_engine.storage import repository as repo
 from context_engine.storage.predicates import ReadScope
+
+if TYPE_CHECKING:
+    from context_engine.ingest.bulk import BulkReport
 
 log = logging.getLogger("context_engine")
 
@@ -256,7 +259,7 @@ class ContextEngine:
         principals: Iterable[str] | object = TRUSTED,
         maintenance_work_mem: str = "1GB",
         parallel_workers: int | None = None,
-    ) -> Any:
+    ) -> BulkReport:
         """Load many new documents fast (``context_engine.ingest.bulk``): a batch of
         ``batch_chunks`` chunks per transaction, written with binary COPY. ``documents`` are
         mappings (``text``, ``name``, ``source_id``, ``acl``, ``attributes``, ``mime``) or
