@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
     ing.add_argument("--source-id", default="default", help="the source (namespace) to file under")
     ing.add_argument("--acl", default="", help="comma-separated principals; empty = visible to everyone")
+    ing.add_argument("--bulk", action="store_true", help="load new documents in bulk (binary COPY)")
+    ing.add_argument("--keep-indexes", action="store_true", help="with --bulk: keep the search indexes during the load")
 
     vac = sub.add_parser(
         "vacuum-revisions", help="remove history no revision from --keep-after on can see (bounds its growth)"
@@ -349,6 +351,13 @@ async def _ingest(args: argparse.Namespace) -> int:
 
     files = named_files(args.paths)
     acl = [p.strip() for p in args.acl.split(",") if p.strip()]
+    if args.bulk:
+        from context_engine.ingest.bulk_cli import ingest_files_in_bulk
+
+        config = _config(args.database_url)
+        return await ingest_files_in_bulk(
+            config, files, source_id=args.source_id, acl=acl, build_index=not args.keep_indexes
+        )
     counts = {"completed": 0, "skipped": 0, "failed": 0}
     failures: list[str] = []
     display = ProgressDisplay(sys.stderr, len(files))

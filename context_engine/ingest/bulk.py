@@ -1,0 +1,531 @@
+"""Bulk ingest: many new documents written with binary ``COPY``, a batch per transaction.
+
+Why: the ordinary path writes one document per transaction and fills each vector with its own
+statement, which is right for a document at a time and far too slow for a first load of a million
+chunks. Here documents are chunked exactly like an ordinary ingest (same extractor, chunker, ingest
+redaction and content hash), a batch of them is embedded, and the batch is written in one
+transaction: documents and versions by ``COPY``, chunks by ``COPY`` (vectors in pgvector's binary
+format) into a staging table and one ``INSERT ... SELECT`` that also computes the text-search
+vector and updates the BM25 statistics in the same statement. The vector-count triggers of
+``ce_chunks`` run once per batch. The tables end as the ordinary path leaves them.
+
+A document whose identity (source, name) is already taken, that repeats an identity earlier in the
+load, or that cannot be stored as it is (no text, a chunk over the model's cap) is handed to the
+ordinary ingest after its batch, which gives it the ordinary outcome (a new version, a failed
+record). Each batch is all or nothing; a bad input raises before its batch is written, so the
+batches before it stay stored and the ones after it are not read.
+
+With ``build_index`` the HNSW index and the full-text and trigram GIN indexes are dropped before the
+load and each built once after it from the definition of the migration that created it, with
+``maintenance_work_mem`` and parallel maintenance workers raised for that one transaction. Searches
+keep answering meanwhile, more slowly: without the indexes the vector leg's ordering is served by
+an exact scan and the text legs scan the rows. Writes by other callers wait while an index builds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pgvector.psycopg.vector import register_vector_info
+from psycopg.types import TypeInfo
+from psycopg.types.json import Jsonb
+from pydantic import BaseModel
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from context_engine.errors import Forbidden, InvalidRequest
+from context_engine.ingest import batching
+from context_engine.ingest.chunker import Chunk, normalise
+from context_engine.ingest.extracted import ExtractionFailed
+from context_engine.ingest.pipeline import UNNAMED, Ingestor, Prepared, chunk_stream, open_source, prepare, unnamed_name
+from context_engine.models import DocumentReport
+from context_engine.principals import holds_acl
+from context_engine.storage import repository as repo
+from context_engine.storage.migrate import revision_files
+
+if TYPE_CHECKING:
+    from context_engine.services import Services
+
+#: the indexes of ce_chunks a load with ``build_index`` drops and builds once after it: each one
+#: row-by-row costs many times its build (a 20,000-chunk load: 18.5 s with the trigram index
+#: against 2 s without it, and 5.7 s to build it), the vector index most of all; the GIN index
+#: on ACLs and the b-trees stay, since writes and searches rely on them
+REBUILT_INDEXES = ("ix_ce_chunks_tsv", "ix_ce_chunks_trgm", "ix_ce_chunks_embedding")
+#: documents prepared (extracted, chunked) per thread hand-off
+_PREPARE_SLICE = 256
+#: the binary COPY column types of documents, versions and staged chunks, in column order
+_DOCUMENT_TYPES = "uuid text text text text text[] jsonb text text jsonb int4 int4 int8 int8".split()
+_VERSION_TYPES = "uuid int4 text text text int8 text[] jsonb text jsonb int4".split()
+_CHUNK_TYPES = "int8 uuid int4 text text[] text text text int4 text vector jsonb int8".split()
+
+
+@dataclass
+class BulkDocument:
+    """One document of a bulk load: a ``text``, or a ``file`` (its bytes or its path) extracted as
+    an ordinary ingest extracts it."""
+
+    text: str | None = None
+    name: str | None = None
+    source_id: str = "default"
+    acl: list[str] = field(default_factory=list)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    mime: str | None = None
+    file: bytes | Path | None = None
+
+
+class BulkReport(BaseModel):
+    """What a bulk load did. ``ordinary`` holds the reports of the documents handed to the ordinary
+    ingest (identity taken, or not storable as they are); the rest were written in bulk."""
+
+    documents: int = 0
+    chunks: int = 0
+    batches: int = 0
+    ordinary: list[DocumentReport] = []
+    index_rebuilt: bool = False
+    seconds: float = 0.0
+    #: time spent waiting for the embedder (the stand-in of a benchmark, or a provider)
+    embed_seconds: float = 0.0
+    #: build time of each index a load with ``build_index`` rebuilt
+    index_seconds: dict[str, float] = {}
+
+
+@dataclass
+class _Ready:
+    """A document prepared for writing."""
+
+    doc: BulkDocument
+    name: str
+    prepared: Prepared
+    chunks: list[Chunk]
+
+
+def index_definitions() -> dict[str, str]:
+    """The ``CREATE INDEX`` of each index a load rebuilds, as the last migration that declared it
+    wrote it, named as the live index (a migration may build one under a temporary name and
+    rename it). Read from the migration files, so a rebuilt index is the one migrating makes."""
+    found: dict[str, str] = {}
+    for path in revision_files():
+        sql = path.read_text(encoding="utf-8")
+        for name in REBUILT_INDEXES:
+            pattern = rf"CREATE INDEX[^;]*?\b{name}(?:_next)?\s+ON\s+ce_chunks\b[^;]*"
+            for match in re.finditer(pattern, sql, flags=re.I):
+                statement = re.sub(r"\bCONCURRENTLY\s+", "", match.group(0), flags=re.I)
+                statement = re.sub(rf"\b{name}_next\b", name, statement)
+                found[name] = " ".join(statement.split())
+    missing = [name for name in REBUILT_INDEXES if name not in found]
+    if missing:
+        raise RuntimeError(f"no migration declares {', '.join(missing)}")
+    return found
+
+
+_FIELDS = ("text", "file", "name", "source_id", "acl", "attributes", "mime")
+
+
+def document(value: BulkDocument | Mapping[str, Any]) -> BulkDocument:
+    """A mapping (``text`` or ``file``, ``name``, ``source_id``, ``acl``, ``attributes``, ``mime``)
+    or a :class:`BulkDocument`, checked; raises InvalidRequest naming the bad field."""
+    if isinstance(value, BulkDocument):
+        doc = value
+    elif isinstance(value, Mapping):
+        unknown = set(value) - set(_FIELDS)
+        if unknown:
+            raise InvalidRequest(f"unknown document fields: {', '.join(sorted(map(str, unknown)))}")
+        doc = BulkDocument(
+            text=value.get("text"),
+            name=value.get("name"),
+            source_id=value.get("source_id", "default"),
+            acl=value.get("acl") or [],
+            attributes=value.get("attributes") or {},
+            mime=value.get("mime"),
+            file=value.get("file"),
+        )
+    else:
+        raise InvalidRequest("each document must be a mapping or a BulkDocument")
+    if (doc.text is None) == (doc.file is None):
+        raise InvalidRequest("every document needs exactly one of text or file")
+    if doc.text is not None and not isinstance(doc.text, str):
+        raise InvalidRequest("text must be a string")
+    if doc.file is not None and not isinstance(doc.file, bytes | Path):
+        raise InvalidRequest("file must be bytes or a path")
+    if not isinstance(doc.source_id, str) or not doc.source_id.strip():
+        raise InvalidRequest("source_id must be a non-empty string")
+    if doc.name is not None and (not isinstance(doc.name, str) or not doc.name.strip()):
+        raise InvalidRequest("name must be a non-empty string")
+    if isinstance(doc.acl, str) or not all(isinstance(a, str) and a.strip() for a in doc.acl):
+        raise InvalidRequest("acl must be a list of non-empty strings")
+    if not isinstance(doc.attributes, dict):
+        raise InvalidRequest("attributes must be an object")
+    if doc.mime is not None and not isinstance(doc.mime, str):
+        raise InvalidRequest("mime must be a string")
+    acl = sorted(set(doc.acl))
+    return BulkDocument(doc.text, doc.name, doc.source_id, acl, dict(doc.attributes), doc.mime, doc.file)
+
+
+class BulkLoader:
+    """One bulk load for an engine (or view): its services, and its ingestor for the documents the
+    bulk path hands over."""
+
+    def __init__(self, services: Services, ingestor: Ingestor):
+        self.services = services
+        self.ingestor = ingestor
+
+    async def load(
+        self,
+        documents: Iterable[BulkDocument | Mapping[str, Any]],
+        *,
+        caller: tuple[str, ...] | None,
+        build_index: bool,
+        batch_chunks: int,
+        maintenance_work_mem: str,
+        parallel_workers: int | None,
+    ) -> BulkReport:
+        if isinstance(documents, str | bytes | Mapping) or not isinstance(documents, Iterable):
+            raise InvalidRequest("documents must be a list of documents")
+        if not isinstance(batch_chunks, int) or batch_chunks < 1:
+            raise InvalidRequest("batch_chunks must be a positive integer")
+        workers = parallel_workers if parallel_workers is not None else max(1, (os.cpu_count() or 2) - 1)
+        if not isinstance(workers, int) or workers < 0:
+            raise InvalidRequest("parallel_workers must be a non-negative integer")
+        if not re.fullmatch(r"\d+\s*(kB|MB|GB)", str(maintenance_work_mem)):
+            raise InvalidRequest("maintenance_work_mem must look like '512MB' or '2GB'")
+        db = await self.services.db()
+        report = BulkReport()
+        writing: asyncio.Task[list[BulkDocument]] | None = None
+        started = time.perf_counter()
+        definitions = index_definitions() if build_index else None
+        if definitions is not None:
+            await _drop_indexes(db, list(definitions))
+        try:
+            seen: set[tuple[str, str]] = set()
+            source = iter(documents)
+            pending: list[_Ready | BulkDocument] = []
+            handover: list[BulkDocument] = []
+
+            async def finish() -> None:
+                """Wait for the batch being written, then ingest the documents it handed over."""
+                nonlocal writing, handover
+                if writing is not None:
+                    handover += await writing
+                    writing = None
+                for doc in handover:
+                    report.ordinary.append(await self._ordinary(doc, caller))
+                handover = []
+
+            while True:
+                docs = [self._scrubbed(document(d)) for d in islice(source, _PREPARE_SLICE)]
+                for doc in docs:
+                    if not holds_acl(doc.acl, caller):
+                        raise Forbidden("you may only file a document under an ACL you hold")
+                # the next documents are extracted and chunked while the batch before them is written
+                pending += await asyncio.to_thread(self._prepare_all, docs)
+                while pending and (not docs or sum(_chunks(r) for r in pending) >= batch_chunks):
+                    cut, size = 0, 0
+                    while cut < len(pending) and size < batch_chunks:
+                        size += _chunks(pending[cut])
+                        cut += 1
+                    await finish()
+                    writing = asyncio.create_task(self._write_batch(db, pending[:cut], seen, report))
+                    pending = pending[cut:]
+                if not docs:
+                    break
+            await finish()
+        finally:
+            if writing is not None:  # a bad input was met while a batch was being written: let it end
+                with contextlib.suppress(Exception):
+                    await writing
+            if definitions is not None:
+                for name, definition in definitions.items():
+                    t0 = time.perf_counter()
+                    await _build_index(db, definition, maintenance_work_mem, workers)
+                    report.index_seconds[name] = round(time.perf_counter() - t0, 3)
+                report.index_rebuilt = True
+        async with db.connect() as conn:  # fresh planner statistics for the rows just loaded
+            await conn.execute(text("ANALYZE ce_chunks"))
+            await conn.commit()
+        report.seconds = time.perf_counter() - started
+        return report
+
+    # ------------------------------------------------------------------ preparing
+    def _prepare_all(self, docs: list[BulkDocument]) -> list[_Ready | BulkDocument]:
+        """Extract and chunk (CPU work, in a thread). A document that cannot be stored as it is
+        stays as it came, in its place, to be ingested the ordinary way (which records why) right
+        after the batch it falls in."""
+        return [self._prepare(doc) or doc for doc in docs]
+
+    def _scrubbed(self, doc: BulkDocument) -> BulkDocument:
+        """Ingest-stage redaction of what is stored beside the text, as ``engine.ingest`` applies it
+        (the text itself is scrubbed unit by unit while it is chunked)."""
+        scrub = self.ingestor.scrubber
+        doc.name = scrub.text(doc.name) if doc.name is not None else None
+        doc.attributes = scrub.obj(doc.attributes)
+        if doc.mime is None and doc.text is not None:  # what engine.ingest assumes of a text
+            html = doc.name is not None and doc.name.lower().endswith((".html", ".htm"))
+            doc.mime = "text/html" if html else "text/markdown"
+        return doc
+
+    def _prepare(self, doc: BulkDocument) -> _Ready | None:
+        services = self.services
+        embedder = services.embedder
+        cap = services.config.ingest.max_file_bytes
+        source, name = open_source(doc.text, doc.file, doc.name, cap)
+        budget = min(services.config.ingest.chunk_tokens, embedder.max_input_tokens)
+        try:
+            streamed = chunk_stream(
+                source,
+                name or UNNAMED,
+                doc.mime,
+                budget,
+                embedder.count_tokens,
+                services.config.ingest.max_rows,
+                self.ingestor.scrubber,
+            )
+            prepared = prepare(streamed, embedder.count_tokens, input_cap=embedder.max_input_tokens, hold=1 << 62)
+        except ExtractionFailed:
+            return None
+        if prepared.too_large is not None or prepared.chunks is None:
+            return None
+        return _Ready(doc, name or unnamed_name(prepared.content_hash, doc.acl), prepared, prepared.chunks)
+
+    async def _ordinary(self, doc: BulkDocument, caller: tuple[str, ...] | None) -> DocumentReport:
+        source, name = open_source(doc.text, doc.file, doc.name, self.services.config.ingest.max_file_bytes)
+        return await self.ingestor.ingest(
+            source,
+            name=name,
+            source_id=doc.source_id,
+            acl=doc.acl,
+            attributes=doc.attributes,
+            mime=doc.mime,
+            caller=caller,
+        )
+
+    # ------------------------------------------------------------------ embedding
+    async def _embed(self, ready: list[_Ready]) -> tuple[np.ndarray, list[int]]:
+        """Every chunk's vector (rows in order) and each document's token total."""
+        services = self.services
+        embedder = services.embedder
+        items: list[batching.Item] = []
+        owner: list[int] = []
+        for d, r in enumerate(ready):
+            for c in r.chunks:
+                items.append(batching.Item(len(items), c.text, embedder.count_tokens(c.text)))
+                owner.append(d)
+        vectors = np.zeros((len(items), embedder.dim), dtype=np.float32)
+
+        async def store(batch: list[batching.Item], got: list[list[float]]) -> None:
+            vectors[[i.key for i in batch]] = np.asarray(got, dtype=np.float32)
+
+        max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
+        await batching.run(
+            embedder,
+            items,
+            max_items=max_items,
+            max_tokens=max_tokens,
+            concurrency=services.config.embedding.max_concurrency,
+            on_batch=store,
+        )
+        tokens = [0] * len(ready)
+        for item, d in zip(items, owner, strict=True):
+            tokens[d] += item.tokens
+        return vectors, tokens
+
+    # ------------------------------------------------------------------ writing
+    async def _write_batch(
+        self, db: AsyncEngine, pending: list[_Ready | BulkDocument], seen: set[tuple[str, str]], report: BulkReport
+    ) -> list[BulkDocument]:
+        """Write one batch in one transaction; returns the documents left to the ordinary path."""
+        fresh: list[_Ready] = []
+        later: list[BulkDocument] = []
+        for r in pending:
+            if isinstance(r, BulkDocument):
+                later.append(r)
+                continue
+            identity = (r.doc.source_id, r.name)
+            if identity in seen:
+                later.append(r.doc)
+            else:
+                seen.add(identity)
+                fresh.append(r)
+        if not fresh:
+            return later
+        t0 = time.perf_counter()
+        vectors, tokens = await self._embed(fresh)
+        report.embed_seconds += time.perf_counter() - t0
+        async with db.begin() as conn:
+            taken = await _taken(conn, fresh)
+            keep = [i for i in range(len(fresh)) if i not in taken]
+            later += [fresh[i].doc for i in sorted(taken)]
+            if keep:
+                starts = np.cumsum([0] + [len(r.chunks) for r in fresh])
+                bases = [int(starts[i]) for i in keep]
+                await self._copy(conn, [fresh[i] for i in keep], vectors, bases, [tokens[i] for i in keep])
+        report.documents += len(keep)
+        report.chunks += sum(len(fresh[i].chunks) for i in keep)
+        report.batches += 1
+        return later
+
+    async def _copy(
+        self, conn: AsyncConnection, ready: list[_Ready], vectors: np.ndarray, bases: list[int], tokens: list[int]
+    ) -> None:
+        """Write prepared documents; ``vectors[bases[n] + position]`` is the vector of chunk
+        ``position`` of document ``n``, ``tokens[n]`` its token total."""
+        services = self.services
+        key = services.embedder.key
+        last = int(
+            await conn.scalar(
+                text("UPDATE ce_store_revision SET revision = revision + :n WHERE id = 1 RETURNING revision"),
+                {"n": len(ready)},
+            )
+        )
+        first = last - len(ready) + 1
+        raw = await conn.get_raw_connection()
+        pg = raw.driver_connection
+        assert pg is not None
+        info = await TypeInfo.fetch(pg, "vector")
+        async with pg.cursor() as cur:
+            register_vector_info(cur, info)
+            ids = [uuid.uuid4() for _ in ready]
+            async with cur.copy(
+                "COPY ce_documents (id, source_id, name, mime, text, acl, attributes, status, content_hash, meta, "
+                "version, chunk_count, created_revision, updated_revision) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(_DOCUMENT_TYPES)
+                for n, (doc_id, r) in enumerate(zip(ids, ready, strict=True)):
+                    count = len(r.chunks)
+                    progress = {"done": count, "total": count, "tokens": tokens[n]}
+                    await copy.write_row(
+                        [
+                            doc_id,
+                            r.doc.source_id,
+                            r.name,
+                            r.prepared.mime,
+                            "\n\n".join(c.text for c in r.chunks),
+                            r.doc.acl,
+                            Jsonb(r.doc.attributes),
+                            "completed",
+                            r.prepared.content_hash,
+                            Jsonb({**r.prepared.meta, "embedding_progress": progress}),
+                            1,
+                            count,
+                            first + n,
+                            first + n,
+                        ]
+                    )
+            # the version row keeps the meta the ordinary path gives it when it writes the version
+            async with cur.copy(
+                "COPY ce_document_versions (document_id, version, source_id, name, content_hash, valid_from, acl, "
+                "attributes, mime, meta, chunk_count) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(_VERSION_TYPES)
+                for n, (doc_id, r) in enumerate(zip(ids, ready, strict=True)):
+                    count = len(r.chunks)
+                    meta = {**r.prepared.meta, "embedding_progress": {"done": 0, "total": count, "tokens": 0}}
+                    await copy.write_row(
+                        [
+                            doc_id,
+                            1,
+                            r.doc.source_id,
+                            r.name,
+                            r.prepared.content_hash,
+                            first + n,
+                            r.doc.acl,
+                            Jsonb(r.doc.attributes),
+                            r.prepared.mime,
+                            Jsonb(meta),
+                            count,
+                        ]
+                    )
+            await cur.execute(
+                f"CREATE TEMP TABLE ce_bulk_chunks (ord int8, document_id uuid, position int4, source_id text, "
+                f"acl text[], text text, text_hash text, section text, page int4, kind text, "
+                f"embedding vector({services.embedder.dim}), meta jsonb, valid_from int8) ON COMMIT DROP"
+            )
+            async with cur.copy("COPY ce_bulk_chunks FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_CHUNK_TYPES)
+                ord_ = 0
+                for n, (doc_id, r) in enumerate(zip(ids, ready, strict=True)):
+                    base = bases[n]
+                    for position, c in enumerate(r.chunks):
+                        await copy.write_row(
+                            [
+                                ord_,
+                                doc_id,
+                                position,
+                                r.doc.source_id,
+                                r.doc.acl,
+                                c.text,
+                                hashlib.sha256(normalise(c.text).encode()).hexdigest(),
+                                c.section,
+                                c.page,
+                                c.kind,
+                                vectors[base + position],
+                                Jsonb(c.meta),
+                                first + n,
+                            ]
+                        )
+                        ord_ += 1
+            # chunks, then their BM25 statistics from the inserted rows, in one statement
+            await cur.execute(
+                "WITH ins AS (INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, "
+                "section, page, kind, tsv, embedding, embedding_key, meta, valid_from) "
+                "SELECT document_id, 1, position, source_id, acl, text, text_hash, section, page, kind, "
+                "to_tsvector(CAST(%(cfg)s AS regconfig), unaccent(concat_ws(' ', section, text))), embedding, "
+                "%(ek)s, meta, valid_from FROM ce_bulk_chunks ORDER BY ord "
+                "RETURNING source_id, acl, tsv, tsv_tokens), "
+                "terms AS (INSERT INTO ce_bm25_terms AS t (lexeme, source_id, acl, df) "
+                "SELECT u.lexeme, i.source_id, i.acl, count(*) FROM ins i, unnest(i.tsv) u GROUP BY 1, 2, 3 "
+                "ORDER BY 1, 2, 3 ON CONFLICT (lexeme, source_id, acl) DO UPDATE SET df = t.df + EXCLUDED.df) "
+                "INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
+                "SELECT source_id, acl, count(*), coalesce(sum(tsv_tokens), 0) FROM ins GROUP BY 1, 2 ORDER BY 1, 2 "
+                "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
+                "tokens = g.tokens + EXCLUDED.tokens",
+                {"cfg": services.text_search_config, "ek": key},
+            )
+
+
+def _chunks(item: _Ready | BulkDocument) -> int:
+    return len(item.chunks) if isinstance(item, _Ready) else 0
+
+
+async def _taken(conn: AsyncConnection, ready: list[_Ready]) -> set[int]:
+    """Positions (in ``ready``) whose identity is filed already or locked by a writer right now;
+    the others are locked for this transaction, as an ordinary writer locks its one identity."""
+    keys = [repo.identity_key(r.doc.source_id, r.name) for r in ready]
+    rows = await conn.execute(
+        text(
+            "SELECT k.i - 1, pg_try_advisory_xact_lock(hashtextextended(k.key, 7)) AS locked, "
+            "EXISTS (SELECT 1 FROM ce_documents d WHERE d.source_id = k.s AND d.name = k.n) AS filed "
+            "FROM unnest(CAST(:keys AS text[]), CAST(:s AS text[]), CAST(:n AS text[])) WITH ORDINALITY "
+            "AS k(key, s, n, i)"
+        ),
+        {"keys": keys, "s": [r.doc.source_id for r in ready], "n": [r.name for r in ready]},
+    )
+    return {int(i) for i, locked, filed in rows if filed or not locked}
+
+
+async def _drop_indexes(db: AsyncEngine, names: list[str]) -> None:
+    """Drop the indexes without blocking searches (``CONCURRENTLY`` runs outside a transaction)."""
+    async with db.connect() as conn:
+        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        for name in names:
+            await auto.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+
+
+async def _build_index(db: AsyncEngine, definition: str, memory: str, workers: int) -> None:
+    """Build an index in one pass over the loaded rows. The raised memory and worker
+    settings are local to this transaction, so the pooled connection goes back as it came."""
+    async with db.begin() as conn:
+        await conn.execute(text("SELECT set_config('maintenance_work_mem', :m, true)"), {"m": memory})
+        await conn.execute(text("SELECT set_config('max_parallel_maintenance_workers', :w, true)"), {"w": str(workers)})
+        await conn.execute(text(definition))
