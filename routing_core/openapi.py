@@ -131,7 +131,9 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
                 continue
             single = found["content"]["application/json"]["schema"]
             found["description"] += f". {description}"
-            found["content"]["application/json"]["schema"] = {"oneOf": [single, ref(model)]}
+            # anyOf, not oneOf: an error envelope also validates against a report that carries an error
+            shapes = single["anyOf"] if "anyOf" in single else [single]
+            found["content"]["application/json"]["schema"] = {"anyOf": [*shapes, ref(model)]}
         for status, description in _ERRORS.items():
             responses.setdefault(
                 status, {"description": description, "content": {"application/json": {"schema": error_ref}}}

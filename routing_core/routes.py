@@ -148,6 +148,8 @@ ROUTES: tuple[Route, ...] = (
             (200, "A list with mixed outcomes, or all unchanged: each item says what became of its entry",
              IngestListReport),
             (422, "A list of which nothing was stored: the first entry's error beside the items", IngestListFailed),
+            (422, "A request this deployment cannot carry out, refused before anything is read: `batch` "
+             "on an embedding provider without a batch API (`batch_unsupported`)", ErrorBody),
         ),
     ),
     Route(

@@ -390,7 +390,7 @@ async def test_a_provider_without_a_batch_api_refuses_before_anything_is_stored(
             stats = await engine.stats(principals=TRUSTED)
         assert server.requests == []
     error = caught.value
-    assert (error.code, error.status) == ("batch_unsupported", 400)
+    assert (error.code, error.status) == ("batch_unsupported", 422)
     assert "embedding.provider 'cohere'" in error.message and "batch=True" in error.message
     assert (stats.documents, stats.chunks) == (0, 0)
 
@@ -469,7 +469,7 @@ def test_the_route_refuses_batch_on_a_provider_without_one(pg_base_url: str) -> 
                 {"Content-Type": "application/json"},
             )
             stats = send("GET", "/context/stats", None, {})
-    assert refused.status == 400 and refused.body["error"]["code"] == "batch_unsupported"
+    assert refused.status == 422 and refused.body["error"]["code"] == "batch_unsupported"
     assert "embedding.provider" in refused.body["error"]["message"]
     assert stats.body["documents"] == 0
 

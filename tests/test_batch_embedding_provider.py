@@ -321,5 +321,5 @@ def test_providers_without_a_batch_api_refuse_precisely(settings: dict[str, Any]
     with pytest.raises(BatchNotSupported) as caught:
         embedder.batch_api()
     error = caught.value
-    assert error.code == "batch_unsupported" and error.status == 400
+    assert error.code == "batch_unsupported" and error.status == 422
     assert f"embedding.provider {settings['provider']!r}" in error.message and "batch=True" in error.message

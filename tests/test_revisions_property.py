@@ -50,7 +50,7 @@ operation = st.one_of(
 
 _RESET = (
     "TRUNCATE ce_documents, ce_document_versions, ce_chunks, ce_bm25_terms, ce_bm25_groups, ce_vector_counts, "
-    "ce_idempotency_keys, ce_agent_links, ce_document_fields RESTART IDENTITY; "
+    "ce_idempotency_keys, ce_agent_links, ce_document_fields, ce_embedding_batches RESTART IDENTITY; "
     "UPDATE ce_store_revision SET revision = 0; "
     "DELETE FROM ce_meta WHERE key = 'revision_horizon'"
 )

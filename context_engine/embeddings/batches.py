@@ -18,9 +18,12 @@ BatchStatus = Literal["pending", "completed", "failed"]
 
 
 class BatchNotSupported(InvalidRequest):
-    """``batch=True`` was asked of a provider without a batch API (or a document too big for one job)."""
+    """``batch=True`` was asked of a provider without a batch API (or a document too big for one job).
+
+    422, not 400: the request is well formed, this deployment's provider cannot carry it out."""
 
     code = "batch_unsupported"
+    status = 422
 
 
 class BatchResultInvalid(ProviderError):
