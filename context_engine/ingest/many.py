@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, NameTaken, ProviderError
-from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
+from context_engine.hooks import ErrorEvent, ProgressEvent
 from context_engine.ingest import batching
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pipeline import (
@@ -36,6 +36,7 @@ from context_engine.ingest.pipeline import (
     Source,
     chunk_row,
     chunk_stream,
+    ingest_usage,
     is_unchanged,
     page_items,
     prepare,
@@ -389,21 +390,12 @@ class BatchIngestor:
         await hooks.emit("on_progress", ProgressEvent("embed", "done", report.name, doc_id, dict(w.progress)))
         await hooks.emit(
             "on_usage",
-            UsageEvent(
-                "ingest",
-                units=report.chunks,
-                document_id=doc_id,
-                detail={
-                    "mode": "hybrid",
-                    "mode_reason": None,
-                    "pages": report.pages,
-                    "pages_source": report.pages_source,
-                    "chunks": report.chunks,
-                    "embedded": w.progress["done"],
-                    "reused": report.chunks - w.progress["total"],
-                    "tokens": w.progress["tokens"],
-                    "batch_documents": batch_size,
-                },
+            ingest_usage(
+                report,
+                embedded=w.progress["done"],
+                reused=report.chunks - w.progress["total"],
+                tokens=w.progress["tokens"],
+                batch_documents=batch_size,
             ),
         )
 

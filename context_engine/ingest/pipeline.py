@@ -613,22 +613,13 @@ class Ingestor:
         await hooks.emit("on_progress", ProgressEvent("embed", "done", report.name, doc_id, dict(progress)))
         await hooks.emit(
             "on_usage",
-            UsageEvent(
-                "ingest",
-                units=report.chunks,
-                document_id=doc_id,
-                detail={
-                    "mode": "hybrid",
-                    "mode_reason": None,
-                    "pages": report.pages,
-                    "pages_source": report.pages_source,
-                    "chunks": report.chunks,
-                    "embedded": stats.embedded,
-                    "reused": reused,
-                    "requests": stats.requests,
-                    "tokens": stats.tokens,
-                    "halvings": stats.halvings,
-                },
+            ingest_usage(
+                report,
+                embedded=stats.embedded,
+                reused=reused,
+                tokens=stats.tokens,
+                requests=stats.requests,
+                halvings=stats.halvings,
             ),
         )
         log.info(
@@ -778,6 +769,21 @@ def page_items(
         assert chunk_text is not None
         items.append(batching.Item(cid, chunk_text, count_tokens(chunk_text)))
     return items
+
+
+def ingest_usage(report: DocumentReport, *, embedded: int, reused: int, tokens: int, **extra: Any) -> UsageEvent:
+    """The ``on_usage`` event of one stored document: one shape for the single path and ``ingest_many``."""
+    detail = {
+        "mode": "hybrid",
+        "mode_reason": None,
+        "pages": report.pages,
+        "pages_source": report.pages_source,
+        "chunks": report.chunks,
+        "embedded": embedded,
+        "reused": reused,
+        "tokens": tokens,
+    }
+    return UsageEvent("ingest", units=report.chunks, document_id=report.document_id, detail=detail | extra)
 
 
 def is_unchanged(existing: dict[str, Any], content_hash: str) -> bool:
