@@ -70,6 +70,9 @@ SPREAD_MIN_ROWS = 1_000
 PROBE_FACTOR = 1.5
 #: the fewest nearest rows a probe reads (pgvector's default ``ef_search`` is 40)
 PROBE_MIN_ROWS = 40
+#: the narrowest search list a probe's index scan uses: its proof is only as good as the index's own
+#: recall of the rows it reads (at 1,000,000 rows, 0.71-0.80 of the nearest ten at ``ef_search`` 40)
+PROBE_MIN_EF_SEARCH = 400
 #: the most nearest rows a probe reads; a slice too thin for that goes to the exact scan (or, under
 #: ``latency``, to the iterative scan when it is above the threshold)
 PROBE_MAX_ROWS = 2_000
@@ -302,13 +305,12 @@ def probe_settings(plan: VectorPlan, limit: int) -> tuple[int, dict[str, str]]:
     Up to 1,000 rows (pgvector's largest ``ef_search``) one plain scan returns them; beyond, the
     iterative scan in strict order goes on until ``rows`` are out, in distance order. The proof is
     only as good as the index's own recall of those rows, so the search list is never narrower than
-    ``SPREAD_EF_SEARCH``: at 1,000,000 rows a probe of 40 rows searched with ``ef_search`` 40 found
-    0.71-0.80 of the true nearest ten (benchmarks/README.md, "Scale").
+    ``PROBE_MIN_EF_SEARCH`` (benchmarks/README.md, "Scale").
     """
     wanted = probe_size(plan.eligible, plan.total, limit) if plan.eligible and plan.total else PROBE_MIN_ROWS
     rows = min(wanted, max(PROBE_MAX_ROWS, limit))
     plan.probe_rows = rows
-    plan.ef_search = min(1000, max(SPREAD_EF_SEARCH, rows))
+    plan.ef_search = min(1000, max(PROBE_MIN_EF_SEARCH, rows))
     if rows <= 1000:
         return rows, index_settings(plan.ef_search, "off")
     plan.max_scan_tuples = max(DEFAULT_MAX_SCAN_TUPLES, 4 * rows)
