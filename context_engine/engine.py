@@ -274,6 +274,7 @@ class ContextEngine:
                 acl=acl_list,
                 attributes=attributes,
                 mime=mime,
+                batch=batch,
             )
             report = await _keyed_ingest(await self._ready(), source_id, key, digest, run)
         stored = report.status in ("completed", "embedding", "batch_pending") and report.document_id is not None

@@ -25,6 +25,7 @@ from context_engine.errors import InvalidRequest
 from context_engine.hooks import Hooks, ProgressEvent, UsageEvent
 from context_engine.ingest.batch_poll import WRITE_PAGE
 from context_engine.ingest.batching import batch_limits
+from context_engine.revisions.errors import IdempotencyKeyReused
 from tests.conftest import make_config
 from tests.fakes.http_server import FakeHTTPServer, fake_openai_embeddings, fake_vector, json_reply
 from tests.fakes.openai_batches import FakeBatchServer
@@ -514,3 +515,15 @@ def test_the_cli_polls_and_prints_what_it_completed(
 def test_the_cli_without_an_action_prints_its_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["batches"]) == 2
     assert "poll" in capsys.readouterr().out
+
+
+async def test_an_idempotency_key_is_not_replayed_for_a_request_to_embed_another_way(
+    engine: ContextEngine, batches: FakeBatchServer
+) -> None:
+    first = (await engine.ingest(text=_sections(2), name="keyed", idempotency_key="key-b")).documents[0]
+    assert first.status == "completed"
+    with pytest.raises(IdempotencyKeyReused):  # batch=True is another request, not a retry of the first
+        await engine.ingest(text=_sections(2), name="keyed", batch=True, idempotency_key="key-b")
+    assert await _jobs(engine) == []
+    again = (await engine.ingest(text=_sections(2), name="keyed", idempotency_key="key-b")).documents[0]
+    assert (again.document_id, again.version) == (first.document_id, first.version)

@@ -40,13 +40,23 @@ async def content_digest(source: bytes | Path | Any) -> str:
 
 
 def ingest_fingerprint(
-    content: str, *, name: str, source_id: str, acl: list[str], attributes: dict[str, Any], mime: str | None
+    content: str,
+    *,
+    name: str,
+    source_id: str,
+    acl: list[str],
+    attributes: dict[str, Any],
+    mime: str | None,
+    batch: bool = False,
 ) -> str:
-    """The same content under the same name, source, ACL, attributes and MIME type is the same ingest."""
-    return fingerprint(
-        "ingest",
-        {"content": content, "name": name, "source_id": source_id, "acl": acl, "attributes": attributes, "mime": mime},
-    )
+    """The same content under the same name, source, ACL, attributes and MIME type, embedded the same
+    way (``batch``), is the same ingest. ``batch`` enters only when set, so keys stored before it
+    existed keep their digests."""
+    fields = {"content": content, "name": name, "source_id": source_id, "acl": acl, "attributes": attributes}
+    fields["mime"] = mime
+    if batch:
+        fields["batch"] = True
+    return fingerprint("ingest", fields)
 
 
 def delete_fingerprint(document_id: str) -> str:
