@@ -52,8 +52,14 @@ def ingest_fingerprint(
     """The same content under the same name, source, ACL, attributes and MIME type, embedded the same
     way (``batch``), is the same ingest. ``batch`` enters only when set, so keys stored before it
     existed keep their digests."""
-    fields = {"content": content, "name": name, "source_id": source_id, "acl": acl, "attributes": attributes}
-    fields["mime"] = mime
+    fields: dict[str, Any] = {
+        "content": content,
+        "name": name,
+        "source_id": source_id,
+        "acl": acl,
+        "attributes": attributes,
+        "mime": mime,
+    }
     if batch:
         fields["batch"] = True
     return fingerprint("ingest", fields)
