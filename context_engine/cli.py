@@ -60,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
         help="full-text configuration, locked on first run (default: search.text_search_config)",
     )
     mig.add_argument("--graph", action="store_true", help="also create the graph tables (graph mode)")
+    mig.add_argument(
+        "--trigram",
+        action="store_true",
+        help="also build the trigram leg's index (done anyway when search.weights.trigram is above 0)",
+    )
 
     ing = sub.add_parser("ingest", help="ingest files and folders")
     ing.add_argument("paths", nargs="+", type=Path, help="files or folders (folders are walked)")
@@ -289,6 +294,7 @@ async def _migrate(args: argparse.Namespace) -> int:
             dim=dim,
             text_search_config=args.text_search_config or config.search.text_search_config,
             graph=args.graph,
+            trigram=args.trigram or config.fusion.trigram_enabled,
         )
     finally:
         await db.aclose()

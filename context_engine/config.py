@@ -250,6 +250,11 @@ class FusionConfig(BaseModel):
     def _known_and_non_negative(cls, value: dict[str, float]) -> dict[str, float]:
         return _leg_weights(value)
 
+    @property
+    def trigram_enabled(self) -> bool:
+        """Whether the trigram leg runs by default, and so whether migrating builds its index."""
+        return self.weights.get("trigram", 0) > 0
+
 
 def _leg_weights(given: dict[str, float]) -> dict[str, float]:
     """Each registered leg's default weight, overridden by ``given``; unknown names and negative weights raise."""

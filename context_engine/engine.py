@@ -1124,7 +1124,12 @@ class ContextEngine:
         db = await self._ready()
         announce = logging.getLogger("context_engine.migrate").info  # a library logs its index builds
         report = await migrate(
-            db, dim=self.embedder.dim, text_search_config=self.text_search_config, announce=announce, graph=True
+            db,
+            dim=self.embedder.dim,
+            text_search_config=self.text_search_config,
+            announce=announce,
+            graph=True,
+            trigram=self.config.fusion.trigram_enabled,
         )
         names.forget(db)
         return report.applied

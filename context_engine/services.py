@@ -107,6 +107,7 @@ class Services:
                     dim=self.embedder.dim,
                     text_search_config=self.config.search.text_search_config,
                     announce=log.info,  # a library logs its index builds; the CLI prints them
+                    trigram=self.config.fusion.trigram_enabled,
                 )
                 self.text_search_config = report.text_search_config
             else:

@@ -150,13 +150,29 @@ async def test_the_indexes_are_rebuilt_as_the_migrations_declare_them(
     before = index_state(database_url)
     report = await words_engine.bulk_ingest(corpus(12))
     after = index_state(database_url)
-    assert report.index_rebuilt and set(report.index_seconds) == set(REBUILT_INDEXES)
+    rebuilt = set(REBUILT_INDEXES) - {"ix_ce_chunks_trgm"}  # the trigram leg is off: its index is not built
+    assert "ix_ce_chunks_trgm" not in before and "ix_ce_chunks_trgm" not in after
+    assert report.index_rebuilt and set(report.index_seconds) == rebuilt
     assert {n: d for n, (d, _, _) in before.items()} == {n: d for n, (d, _, _) in after.items()}
     assert all(valid for _, valid, _ in after.values())
-    for name in REBUILT_INDEXES:  # a new index, defined as before
+    for name in rebuilt:  # a new index, defined as before
         assert before[name][2] != after[name][2]
-    untouched = set(before) - set(REBUILT_INDEXES)
+    untouched = set(before) - rebuilt
     assert untouched and all(before[n][2] == after[n][2] for n in untouched)
+
+
+async def test_the_trigram_index_is_rebuilt_when_the_trigram_leg_is_on(database_url: str) -> None:
+    config = make_config(database_url, fusion={"weights": {"trigram": 0.5}})
+    async with ContextEngine(config, embedder=WordEmbedder(16)) as eng:
+        await eng.stats(principals=TRUSTED)  # migrates, with the optional trigram revision
+        before = index_state(database_url)
+        report = await eng.bulk_ingest(corpus(12))
+        after = index_state(database_url)
+        found = await eng.search("protien", top_k=3, principals=TRUSTED)  # a typo only trigrams match
+    assert set(report.index_seconds) == set(REBUILT_INDEXES)
+    assert before["ix_ce_chunks_trgm"][0] == after["ix_ce_chunks_trgm"][0] and after["ix_ce_chunks_trgm"][1]
+    assert before["ix_ce_chunks_trgm"][2] != after["ix_ce_chunks_trgm"][2]
+    assert any("trigram" in hit.matched_by for hit in found.hits)
 
 
 async def test_build_index_false_keeps_the_indexes_and_writes_through_them(

@@ -35,8 +35,9 @@ async def test_migrate_is_idempotent_and_locks_dim(database_url: str) -> None:
     finally:
         await sql.dispose()
     names = _indexes(database_url)
-    for expected in ("ix_ce_chunks_embedding", "ix_ce_chunks_tsv", "ix_ce_chunks_trgm", "ix_ce_chunks_acl"):
+    for expected in ("ix_ce_chunks_embedding", "ix_ce_chunks_tsv", "ix_ce_chunks_acl"):
         assert expected in names
+    assert "ix_ce_chunks_trgm" not in names  # built only for the trigram leg (test below)
     with psycopg.connect(database_url) as conn:
         extensions = {r[0] for r in conn.execute("SELECT extname FROM pg_extension")}
         method = conn.execute(
@@ -99,3 +100,25 @@ def test_two_processes_start_the_embedded_server_at_once() -> None:
         shutil.rmtree(base, ignore_errors=True)
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert all(out.startswith("ok") for out in outputs)
+
+
+async def test_the_trigram_index_is_built_only_when_asked(database_url: str) -> None:
+    """Migration 0014 drops the trigram leg's index; the optional 0016 builds it when asked, once."""
+    sql = create_async_engine(to_driver_url(database_url))
+    try:
+        plain = await migrate(sql, dim=8)
+        assert "0014_trigram_on_demand" in plain.applied and "0016_trigram_index" not in plain.applied
+        assert "ix_ce_chunks_trgm" not in _indexes(database_url)
+        asked = await migrate(sql, dim=8, trigram=True)
+        assert asked.applied == ["0016_trigram_index"]
+        assert "ix_ce_chunks_trgm" in _indexes(database_url)
+        assert (await migrate(sql, dim=8)).applied == []  # applied once, then kept
+        assert "ix_ce_chunks_trgm" in _indexes(database_url)
+    finally:
+        await sql.dispose()
+
+
+def test_cli_migrate_trigram(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["migrate", "--database-url", database_url, "--dim", "12", "--trigram"]) == 0
+    assert "0016_trigram_index" in capsys.readouterr().out
+    assert "ix_ce_chunks_trgm" in _indexes(database_url)

@@ -204,7 +204,7 @@ class BulkLoader:
         report = BulkReport()
         writing: asyncio.Task[list[BulkDocument]] | None = None
         started = time.perf_counter()
-        definitions = index_definitions() if build_index else None
+        definitions = await _present(db, index_definitions()) if build_index else None
         if definitions is not None:
             await _drop_indexes(db, list(definitions))
         try:
@@ -512,6 +512,18 @@ async def _taken(conn: AsyncConnection, ready: list[_Ready]) -> set[int]:
         {"keys": keys, "s": [r.doc.source_id for r in ready], "n": [r.name for r in ready]},
     )
     return {int(i) for i, locked, filed in rows if filed or not locked}
+
+
+async def _present(db: AsyncEngine, definitions: dict[str, str]) -> dict[str, str]:
+    """The definitions of the indexes that exist: an optional one (the trigram leg's, built only when
+    that leg is enabled) is neither dropped nor built by a load when it is absent."""
+    async with db.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ANY(:n)"),
+            {"n": list(definitions)},
+        )
+        present = {str(r[0]) for r in rows}
+    return {name: sql for name, sql in definitions.items() if name in present}
 
 
 async def _drop_indexes(db: AsyncEngine, names: list[str]) -> None:

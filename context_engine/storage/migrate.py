@@ -36,9 +36,9 @@ from context_engine.storage.extensions import check_extensions
 _LOCK_ID = 0x43455F4D  # "CE_M"
 _LOCK_POLL_SECONDS = 0.2
 _TEXT_CONFIGS = {"english", "simple"}
-#: revisions applied only when asked for, by the name of the flag that asks (``migrate(graph=True)``);
-#: once applied they are repaired like any other
-OPTIONAL_REVISIONS = {"0011_graph": "graph"}
+#: revisions applied only when asked for, by the name of the flag that asks (``migrate(graph=True)``,
+#: ``migrate(trigram=True)``); once applied they are repaired like any other
+OPTIONAL_REVISIONS = {"0011_graph": "graph", "0016_trigram_index": "trigram"}
 
 
 def migrations_dir() -> Path:
@@ -91,13 +91,15 @@ async def migrate(
     text_search_config: str = "english",
     announce: Announce | None = None,
     graph: bool = False,
+    trigram: bool = False,
 ) -> MigrationReport:
     """Bring the schema up to date; refuse a ``dim`` other than the one locked on first run.
 
     ``announce`` receives one line per index built (default: stderr). ``graph=True`` also applies
-    the graph tables (:data:`OPTIONAL_REVISIONS`), which a plain run leaves out.
+    the graph tables and ``trigram=True`` the trigram leg's index (:data:`OPTIONAL_REVISIONS`), which
+    a plain run leaves out.
     """
-    requested = {"graph"} if graph else set()
+    requested = {name for name, asked in (("graph", graph), ("trigram", trigram)) if asked}
     if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= 16000:
         raise ConfigError(f"--dim must be an integer between 1 and 16000, got {dim!r}")
     if text_search_config not in _TEXT_CONFIGS:
