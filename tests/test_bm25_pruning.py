@@ -72,6 +72,7 @@ async def ranked(
     bound_depth: int = bm25.BOUND_DEPTH,
     match: str = "any",
     visible_first_share: float = 0.0,
+    direct_factor: float = 0.0,
 ) -> tuple[list[tuple[int, float]], dict[str, Any]]:
     params: dict[str, Any] = {"lx_cfg": "english", "limit": limit}
     tsquery = lexical.tsquery_sql(query, match=match, params=params)
@@ -94,6 +95,7 @@ async def ranked(
             strategy=strategy,
             prune_from=0,  # prune however small the corpus
             visible_first_share=visible_first_share,
+            direct_factor=direct_factor,  # 0: bound and prune even the few candidates of a small corpus
         )
     return rows, report
 
@@ -137,14 +139,30 @@ async def test_pruned_answer_equals_scoring_every_candidate(
     )
     assert_same(found, expected)
     assert full["pass"] == "full" and full["scored"] == full["candidates"] >= len(expected)
-    assert report["pass"] in {"pruned", "bounded", "full"}
+    assert report["pass"] in {"pruned", "bounded", "full", "direct"}  # direct: only a query with no postings
     assert report["scored"] <= report["candidates"]
     PASSES_SEEN.add(report["pass"])
 
 
 def test_every_pass_was_taken_by_the_random_queries() -> None:
     """The property above exercised each branch (it runs first in this module)."""
-    assert PASSES_SEEN == {"pruned", "bounded", "full"}, PASSES_SEEN
+    assert {"pruned", "bounded", "full"} <= PASSES_SEEN, PASSES_SEEN
+
+
+async def test_few_postings_are_scored_directly_with_the_same_answer(corpus_engine: ContextEngine) -> None:
+    """When the query's postings are within ``DIRECT_FACTOR`` times the bounded pass's depth, every
+    candidate is scored in one pass, without bounds; above it the bounded pass runs. Same answer."""
+    db = await corpus_engine.database()
+    query = "cell protein gene"
+    expected, full = await ranked(db, query, None, 40, "full")
+    assert full["candidates"] > 2 * bm25.DIRECT_FACTOR  # more than a depth of 1 over 2 rows allows
+    found, report = await ranked(db, query, None, 40, "bounded", direct_factor=bm25.DIRECT_FACTOR)
+    assert_same(found, expected)
+    assert report == {"candidates": full["candidates"], "scored": full["candidates"], "pass": "direct"}
+    top, _ = await ranked(db, query, None, 2, "full")
+    shallow, report = await ranked(db, query, None, 2, "bounded", bound_depth=1, direct_factor=bm25.DIRECT_FACTOR)
+    assert_same(shallow, top)
+    assert report["pass"] in {"bounded", "full"}
 
 
 async def test_gate_reads_fewer_candidates_and_keeps_the_answer(corpus_engine: ContextEngine) -> None:

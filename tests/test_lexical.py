@@ -140,8 +140,8 @@ async def test_bm25_ranks_rare_terms_above_common_ones(database_url: str) -> Non
         result = await engine.search("weather tornado", principals=TRUSTED)
         assert result.hits[0].document_name == "rare"
         assert result.usage["legs"] == ["fts"]
-        # seven candidates, fewer than the bound depth: all scored in the short pass
-        assert result.usage["lexical_pass"] == {"candidates": 7, "scored": 7, "pass": "bounded"}
+        # seven candidates, far fewer than the bounded pass would score: all scored directly
+        assert result.usage["lexical_pass"] == {"candidates": 7, "scored": 7, "pass": "direct"}
         negated = await engine.search("weather -tornado", principals=TRUSTED)
         assert "rare" not in {h.document_name for h in negated.hits} and len(negated.hits) == 6
 
@@ -256,6 +256,7 @@ async def test_bounded_bm25_returns_exactly_what_scoring_every_candidate_returns
                             limit=5,
                             bound_depth=depth,
                             report=report,
+                            direct_factor=0.0,  # bound even these few candidates
                         )
                     assert [cid for cid, _ in found] == expected, (query, principals, depth, report)
                     passes.add(report["pass"])
