@@ -257,6 +257,7 @@ async def test_bounded_bm25_returns_exactly_what_scoring_every_candidate_returns
                             bound_depth=depth,
                             report=report,
                             direct_factor=0.0,  # bound even these few candidates
+                            strategy="bounded",  # the pass under test (pruning has its own tests)
                         )
                     assert [cid for cid, _ in found] == expected, (query, principals, depth, report)
                     passes.add(report["pass"])
