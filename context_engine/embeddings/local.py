@@ -103,6 +103,20 @@ _blas_users = 0
 _blas_restore: Any = None
 
 
+_controller: Any = None
+
+
+def _blas_controller() -> Any:
+    """threadpoolctl's view of the loaded thread pools, made once: building it scans every shared
+    library of the process, about a millisecond that each query embedding paid before."""
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _controller = ThreadpoolController()
+    return _controller
+
+
 @contextmanager
 def _single_threaded_blas() -> Iterator[None]:
     """Hold BLAS at one thread while any local forward pass runs.
@@ -115,9 +129,7 @@ def _single_threaded_blas() -> Iterator[None]:
     with _blas_lock:
         if _blas_users == 0:
             try:
-                from threadpoolctl import threadpool_limits
-
-                _blas_restore = threadpool_limits(limits=1, user_api="blas")
+                _blas_restore = _blas_controller().limit(limits=1, user_api="blas")
             except Exception:  # threadpoolctl missing or no BLAS found: run unlimited
                 _blas_restore = None
         _blas_users += 1
