@@ -26,7 +26,7 @@ from PIL import Image
 from context_engine import TRUSTED, ContextEngine
 from context_engine.config import ContextEngineConfig, LLMConfig, VisionLLMConfig
 from context_engine.errors import ConfigError
-from context_engine.hooks import ErrorEvent, Hooks
+from context_engine.hooks import ErrorEvent, Hooks, UsageEvent
 from context_engine.ingest.extractors import ExtractionFailed, extract
 from context_engine.ingest.extractors.vision import PageTranscriber, clean_reply
 from context_engine.llm import build_llm
@@ -159,7 +159,8 @@ async def test_a_scanned_pdf_page_is_transcribed_to_markdown_and_keeps_its_numbe
     server.route("POST", "/v1/chat/completions", openai_vision(seen=seen))
     config = make_config(database_url, vision_llm=vision_config(server))
     pdf = make_pdf(["Cover page typed with a text layer", SCANNED])
-    async with ContextEngine(config, embedder=WordEmbedder()) as engine:
+    usage: list[UsageEvent] = []
+    async with ContextEngine(config, embedder=WordEmbedder(), hooks=Hooks(on_usage=usage.append)) as engine:
         doc = await ingest(engine, pdf, "handbook.pdf")
         assert doc.status == "completed", doc.error
         found = await engine.search("days per year band three", principals=TRUSTED)
@@ -183,6 +184,8 @@ async def test_a_scanned_pdf_page_is_transcribed_to_markdown_and_keeps_its_numbe
     assert meta["pages"] == 2 and meta["vision_pages"] == [2]
     assert meta["vision_model"] == "custom:vision-test" and meta["vision_tokens"] == 700
     assert "ocr_pages" not in meta
+    (event,) = [e for e in usage if e.kind == "ingest"]  # the vision model's spend is metered with the document
+    assert event.detail["vision_tokens"] == 700 and event.detail["vision_model"] == "custom:vision-test"
     assert any(hit.page == 2 and "Three | 27" in hit.chunk_text for hit in found.hits)
 
 

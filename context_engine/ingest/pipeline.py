@@ -458,12 +458,16 @@ class Ingestor:
         )
         if batch:
             return await self._submit_batch(share, report, holder)
+        # what the vision model spent transcribing this document's pages, metered with it
+        usage = {key: prepared.meta[key] for key in ("vision_model", "vision_tokens") if key in prepared.meta}
         if prepared.chunks is None:  # a large document: its texts are read back a page at a time
-            return await self._embed_pending(share, report, holder, reused=reused)
+            return await self._embed_pending(share, report, holder, reused=reused, usage=usage)
         # from here on only the texts are needed: the chunk objects and their metadata are freed
         texts = [c.text for c in prepared.chunks]
         prepared.chunks.clear()
-        return await self._embed_pending(share, report, holder, reused=reused, texts=texts, pending=pending)
+        return await self._embed_pending(
+            share, report, holder, reused=reused, texts=texts, pending=pending, usage=usage
+        )
 
     async def _submit_batch(self, share: IngestShare, report: DocumentReport, holder: str) -> DocumentReport:
         """``batch=True``: the stored chunk set goes to the provider as one job (the lease is kept
@@ -512,6 +516,7 @@ class Ingestor:
         reused: int = 0,
         texts: list[str] | None = None,
         pending: list[tuple[int, int]] | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> DocumentReport:
         """Embed the current version's rows that still lack a vector; store each batch as it lands.
 
@@ -519,7 +524,8 @@ class Ingestor:
         when the caller holds them, as a first pass does; a resume reads them from the database.
         ``pending`` (``(chunk id, position)`` of the rows to embed) is known when the run just wrote
         them, and is then not read back. The batch that stores the last vector also completes the
-        document, in the same transaction.
+        document, in the same transaction. ``usage`` joins the completed document's usage event (the
+        vision model's tokens of a first pass).
         """
         services = self.services
         embedder, hooks = services.embedder, services.hooks
@@ -620,6 +626,7 @@ class Ingestor:
                 tokens=stats.tokens,
                 requests=stats.requests,
                 halvings=stats.halvings,
+                **(usage or {}),
             ),
         )
         log.info(

@@ -322,8 +322,8 @@ def ann_settings(plan: VectorPlan, limit: int) -> dict[str, str]:
 
     ``ef_search`` grows with the rows asked for (from :data:`PROBE_MIN_EF_SEARCH` for a caller who
     filters nothing, like a probe: at 1,000,000 rows 100 found 0.94 of the nearest ten; from
-    :data:`SPREAD_EF_SEARCH` for one who filters, when latency was chosen over recall). ``max_scan_tuples`` is raised above pgvector's
-    default when the estimate says the slice is small: a uniformly spread slice of selectivity s
+    :data:`SPREAD_EF_SEARCH` for one who filters, when latency was chosen over recall).
+    ``max_scan_tuples`` is raised above pgvector's default when the estimate says the slice is small: a uniformly spread slice of selectivity s
     needs about ``ef_search / s`` tuples before ``limit`` eligible rows are met, and a clustered one
     more, hence the headroom; past the cap the leg's exact fallback is cheaper than walking on.
     """
