@@ -323,9 +323,10 @@ def ann_settings(plan: VectorPlan, limit: int) -> dict[str, str]:
     ``ef_search`` grows with the rows asked for (from :data:`PROBE_MIN_EF_SEARCH` for a caller who
     filters nothing, like a probe: at 1,000,000 rows 100 found 0.94 of the nearest ten; from
     :data:`SPREAD_EF_SEARCH` for one who filters, when latency was chosen over recall).
-    ``max_scan_tuples`` is raised above pgvector's default when the estimate says the slice is small: a uniformly spread slice of selectivity s
-    needs about ``ef_search / s`` tuples before ``limit`` eligible rows are met, and a clustered one
-    more, hence the headroom; past the cap the leg's exact fallback is cheaper than walking on.
+    ``max_scan_tuples`` is raised above pgvector's default when the estimate says the slice is
+    small: a uniformly spread slice of selectivity s needs about ``ef_search / s`` tuples before
+    ``limit`` eligible rows are met, and a clustered one more, hence the headroom; past the cap the
+    leg's exact fallback is cheaper than walking on.
     """
     ef = min(1000, max(PROBE_MIN_EF_SEARCH if plan.unfiltered else SPREAD_EF_SEARCH, 2 * limit))
     budget = DEFAULT_MAX_SCAN_TUPLES
