@@ -253,7 +253,8 @@ async def test_a_new_version_supersedes_a_pending_job_and_the_poll_never_writes_
     assert all(r["embedding"] is None for r in synchronous if r["version"] == 1)
     assert all(r["embedding"] is not None for r in synchronous if r["version"] == 2)
     assert [j["state"] for j in await _jobs(engine)] == ["superseded"]
-    assert server.requests_to(f"/v1/batches/{outcome.batch_id}") == []  # the provider was not even asked
+    assert server.requests_to(f"/v1/batches/{outcome.batch_id}") == []  # its state was not even asked
+    assert batches.cancelled == [outcome.batch_id]  # stopped at the provider, so the rest is not billed
     assert (await engine.get_document(first.document_id, principals=TRUSTED)).status == "completed"
 
 
@@ -309,6 +310,7 @@ async def test_a_new_batch_version_supersedes_the_older_job(
     assert second.status == "batch_pending" and second.version == 2 and second.document_id == first.document_id
     jobs = await _jobs(engine)
     assert [(j["version"], j["state"]) for j in jobs] == [(1, "superseded"), (2, "pending")]
+    assert batches.cancelled == [jobs[0]["batch_id"]]  # the older job is stopped at the provider
 
     outcomes = [o for _ in range(2) for o in await engine.poll_batches()]
 
@@ -527,3 +529,17 @@ async def test_an_idempotency_key_is_not_replayed_for_a_request_to_embed_another
     assert await _jobs(engine) == []
     again = (await engine.ingest(text=_sections(2), name="keyed", idempotency_key="key-b")).documents[0]
     assert (again.document_id, again.version) == (first.document_id, first.version)
+
+
+async def test_a_superseded_job_the_provider_will_not_cancel_changes_nothing_else(
+    engine: ContextEngine, server: FakeHTTPServer, batches: FakeBatchServer
+) -> None:
+    """Cancelling is best effort: a job that already ended refuses, and the new version goes on."""
+    await engine.ingest(text=_sections(3), name="memo", batch=True)
+    (old,) = await _jobs(engine)
+    batches.batches[old["batch_id"]]["status"] = "completed"  # it ended before anyone collected it
+    second = (await engine.ingest(text=_sections(4, "subject"), name="memo", batch=True)).documents[0]
+    assert second.status == "batch_pending" and second.version == 2
+    assert batches.cancelled == []
+    assert len(server.requests_to(f"/v1/batches/{old['batch_id']}/cancel")) == 1  # asked once, refused
+    assert [(j["version"], j["state"]) for j in await _jobs(engine)] == [(1, "superseded"), (2, "pending")]

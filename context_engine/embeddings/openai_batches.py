@@ -159,6 +159,11 @@ class OpenAIBatchClient:
             self.provider, attempt, max_retries=self._max_retries, backoff_base=self.backoff_base, secrets=self._secrets
         )
 
+    async def cancel(self, handle: BatchHandle) -> None:
+        """Ask the provider to stop a job nobody will collect (a newer version superseded it), so it
+        is not billed for the rest of its inputs. One attempt: a job that already ended refuses."""
+        await self._request("POST", f"/batches/{handle.batch_id}/cancel", retries=0)
+
     # -- poll --------------------------------------------------------------------------------------
 
     async def poll(self, handle: BatchHandle) -> BatchProgress:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from context_engine.embeddings.batches import BatchHandle
 from context_engine.errors import ContextEngineError
 from context_engine.ingest.pool_share import IngestShare
 from context_engine.models import DocumentReport
@@ -68,18 +69,38 @@ async def submit(services: Services, share: IngestShare, report: DocumentReport,
 
     handle = await api.submit_pages(pages(), report.chunks)
     async with share.begin() as conn:
-        moved = await store.mark_pending(conn, doc_id, holder, handle=handle, version=version, tokens=counted["tokens"])
-    if not moved:
+        superseded = await store.mark_pending(
+            conn, doc_id, holder, handle=handle, version=version, tokens=counted["tokens"]
+        )
+    if superseded is None:
         log.warning(
             "document %s was taken over by another run while batch %s was submitted; the job is not used",
             doc_id,
             handle.batch_id,
         )
+        await cancel_quietly(api, [handle])
         return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
+    await cancel_quietly(api, superseded)
     log.info("batch: document=%s chunks=%d submitted as %s", doc_id, handle.count, handle.batch_id)
     return report.model_copy(
         update={"status": "batch_pending", "failure_reason": None, "failure_message": None, "error": None}
     )
+
+
+async def cancel_quietly(api: OpenAIBatchClient, handles: Sequence[BatchHandle | dict[str, Any]]) -> None:
+    """Ask the provider to stop jobs nobody will collect, so the rest of their inputs are not billed.
+    Best effort: a job that already ended, or a provider out of reach, leaves a line in the log; a job
+    of another provider than the configured one is left alone."""
+    for stored in handles:
+        try:
+            handle = stored if isinstance(stored, BatchHandle) else BatchHandle.from_dict(stored)
+            if handle.provider != api.provider:
+                continue
+            await api.cancel(handle)
+        except ContextEngineError as exc:
+            log.warning("a superseded batch job could not be cancelled at the provider (%s)", exc.code)
+        else:
+            log.info("batch %s cancelled at the provider: nothing will collect it", handle.batch_id)
 
 
 def _count_tokens(count: Callable[[str], int], texts: Sequence[str]) -> int:

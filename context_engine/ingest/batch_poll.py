@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from context_engine.embeddings.batches import BatchHandle, BatchProgress, BatchResultInvalid
 from context_engine.errors import DimensionMismatch, InvalidRequest, ProviderError
 from context_engine.hooks import ProgressEvent, UsageEvent
+from context_engine.ingest.batch_embedding import cancel_quietly
 from context_engine.ingest.pool_share import IngestShare, share_for
 from context_engine.storage import embedding_batches as store
 from context_engine.storage import repository as repo
@@ -118,6 +119,8 @@ class _JobPoll:
         async with self.share.begin() as conn:
             version = await self.live(conn)
         if version is None:
+            if self.stopped == "superseded":  # a newer version or a removal: nobody will collect it
+                await self.cancel()
             return self.outcome(self.stopped)
         try:
             handle = BatchHandle.from_dict(self.job.handle)
@@ -183,6 +186,14 @@ class _JobPoll:
             await store.supersede(conn, self.job.row_id)
         self.stopped = "superseded" if state == "superseded" else "in_progress"
         return None
+
+    async def cancel(self) -> None:
+        """Stop the superseded job at the provider, if this embedder can still reach its batch API."""
+        try:
+            api = self.services.embedder.batch_api()
+        except InvalidRequest:
+            return  # an embedder without a batch API now: nothing to ask
+        await cancel_quietly(api, [self.job.handle])
 
     def progress(self, done: int) -> dict[str, int]:
         """``embedding_progress``; the job's tokens count once every vector is in."""

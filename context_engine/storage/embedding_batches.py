@@ -58,9 +58,10 @@ async def mark_pending(
     handle: BatchHandle,
     version: int,
     tokens: int,
-) -> bool:
+) -> list[dict[str, Any]] | None:
     """The job is submitted: the document leaves the run's lease for ``batch_pending``, any older job
-    of it is superseded and this one recorded. False (nothing changed) when the run lost its lease."""
+    of it is superseded and this one recorded. Answers the superseded jobs' handles (to cancel at
+    the provider once this commits), or None (nothing changed) when the run lost its lease."""
     progress = {"done": 0, "total": handle.count, "tokens": 0}
     moved = await conn.scalar(
         text(
@@ -72,15 +73,16 @@ async def mark_pending(
         {"d": document_id, "h": holder, "p": json.dumps(progress)},
     )
     if moved is None:
-        return False
-    await conn.execute(
+        return None
+    superseded = await conn.execute(
         text(
             "UPDATE ce_embedding_batches SET state = 'superseded', poll_holder = NULL, poll_until = NULL, "
             "finished_at = now(), message = 'a later ingest of the document submitted another job' "
-            "WHERE document_id = CAST(:d AS uuid) AND state = 'pending'"
+            "WHERE document_id = CAST(:d AS uuid) AND state = 'pending' RETURNING handle"
         ),
         {"d": document_id},
     )
+    handles = [dict(row[0]) for row in superseded]
     await conn.execute(
         text(
             "INSERT INTO ce_embedding_batches (document_id, version, content_hash, provider, batch_id, handle, "
@@ -97,7 +99,7 @@ async def mark_pending(
             "t": tokens,
         },
     )
-    return True
+    return handles
 
 
 async def pending_batches(conn: AsyncConnection) -> list[PendingBatch]:

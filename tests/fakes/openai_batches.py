@@ -32,6 +32,8 @@ class FakeBatchServer:
         #: rewrites the output lines before they are served (drop, repeat, corrupt...)
         self.output = lambda lines: list(reversed(lines))
         self._ids = itertools.count(1)
+        #: the jobs a client asked to cancel, in order
+        self.cancelled: list[str] = []
         server.route("POST", "/v1/files", self.upload)
         server.route("POST", "/v1/batches", self.create)
 
@@ -64,6 +66,16 @@ class FakeBatchServer:
         self.batches[batch_id] = batch
         polls = itertools.count()
         self.server.route("GET", f"/v1/batches/{batch_id}", lambda *_: self.poll(batch_id, next(polls)))
+        self.server.route("POST", f"/v1/batches/{batch_id}/cancel", lambda *_: self.cancel(batch_id))
+        return 200, {}, batch
+
+    def cancel(self, batch_id: str) -> Any:
+        """As the provider does: a job still running is cancelled, one that has ended refuses."""
+        batch = self.batches[batch_id]
+        if batch["status"] in ("completed", "failed", "expired", "cancelled"):
+            return 400, {}, {"error": {"message": f"batch {batch_id} cannot be cancelled: {batch['status']}"}}
+        self.cancelled.append(batch_id)
+        batch["status"] = "cancelling"
         return 200, {}, batch
 
     def poll(self, batch_id: str, number: int) -> Any:
