@@ -87,7 +87,9 @@ STATE = {
     # embedder's float32 values in binary: equal to within the 7th digit
     "vectors": "SELECT c.embedding::real[] FROM ce_chunks c JOIN ce_documents d ON d.id = c.document_id "
     "ORDER BY d.name, c.version, c.position",
-    "bm25_terms": "SELECT lexeme, source_id, acl, df FROM ce_bm25_terms ORDER BY 1, 2, 3",
+    # by (source, ACL), not by group id: the two paths may number the groups in another order
+    "bm25_terms": "SELECT t.lexeme, g.source_id, g.acl, t.df FROM ce_bm25_terms t "
+    "LEFT JOIN ce_bm25_groups g USING (group_id) ORDER BY 1, 2, 3",
     "bm25_groups": "SELECT source_id, acl, chunks, tokens FROM ce_bm25_groups ORDER BY 1, 2",
     # running float32 sums: the same vectors added in another order (per document, per batch) may
     # differ in the last bits, so the sums are compared within a tolerance below

@@ -475,7 +475,8 @@ class BulkLoader:
                             ]
                         )
                         ord_ += 1
-            # chunks, then their BM25 statistics from the inserted rows, in one statement
+            # chunks, then their BM25 statistics from the inserted rows, in one statement: the groups
+            # first, whose ids (new or existing) key the term counts
             await cur.execute(
                 "WITH ins AS (INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, "
                 "section, page, kind, tsv, embedding, embedding_key, meta, valid_from) "
@@ -483,13 +484,14 @@ class BulkLoader:
                 "to_tsvector(CAST(%(cfg)s AS regconfig), unaccent(concat_ws(' ', section, text))), embedding, "
                 "%(ek)s, meta, valid_from FROM ce_bulk_chunks ORDER BY ord "
                 "RETURNING source_id, acl, tsv, tsv_tokens), "
-                "terms AS (INSERT INTO ce_bm25_terms AS t (lexeme, source_id, acl, df) "
-                "SELECT u.lexeme, i.source_id, i.acl, count(*) FROM ins i, unnest(i.tsv) u GROUP BY 1, 2, 3 "
-                "ORDER BY 1, 2, 3 ON CONFLICT (lexeme, source_id, acl) DO UPDATE SET df = t.df + EXCLUDED.df) "
-                "INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
+                "grp AS (INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
                 "SELECT source_id, acl, count(*), coalesce(sum(tsv_tokens), 0) FROM ins GROUP BY 1, 2 ORDER BY 1, 2 "
                 "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
-                "tokens = g.tokens + EXCLUDED.tokens",
+                "tokens = g.tokens + EXCLUDED.tokens RETURNING g.group_id, g.source_id, g.acl) "
+                "INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df) "
+                "SELECT u.lexeme, grp.group_id, count(*) FROM ins i "
+                "JOIN grp ON grp.source_id = i.source_id AND grp.acl = i.acl, unnest(i.tsv) u "
+                "GROUP BY 1, 2 ORDER BY 1, 2 ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df",
                 {"cfg": services.text_search_config, "ek": key},
             )
 
