@@ -87,7 +87,10 @@ async def test_bm25_statistics_follow_ingest_replace_acl_change_and_delete(datab
         async with sql.connect() as conn:
             # nothing of the deleted document is left behind, not even zero rows
             assert (await conn.scalar(text("SELECT count(*) FROM ce_bm25_groups WHERE acl = '{group:y}'"))) == 0
-            orphans = "SELECT count(*) FROM ce_bm25_terms t LEFT JOIN ce_bm25_groups g USING (group_id) WHERE g.group_id IS NULL"
+            orphans = (
+                "SELECT count(*) FROM ce_bm25_terms t LEFT JOIN ce_bm25_groups g USING (group_id) "
+                "WHERE g.group_id IS NULL"
+            )
             assert (await conn.scalar(text(orphans))) == 0
             assert (await conn.scalar(text("SELECT min(df) FROM ce_bm25_terms"))) >= 1
 
@@ -161,7 +164,9 @@ async def test_migration_backfills_statistics_for_existing_chunks(database_url: 
         sql = await engine.database()
         async with sql.begin() as conn:  # as if the database predated revisions 0002 and 0015
             await conn.execute(text("DROP TABLE ce_bm25_terms, ce_bm25_groups"))
-            await conn.execute(text("DELETE FROM ce_schema_migrations WHERE id IN ('0002_bm25', '0015_bm25_group_ids')"))
+            await conn.execute(
+                text("DELETE FROM ce_schema_migrations WHERE id IN ('0002_bm25', '0015_bm25_group_ids')")
+            )
         report = await migrate(sql, dim=engine.embedder.dim)
         assert report.applied == ["0002_bm25", "0015_bm25_group_ids"]
         await _assert_stats_current(engine)

@@ -1,8 +1,9 @@
 """Keeping the BM25 statistics current: the write side of :mod:`context_engine.retrieval.bm25`.
 
 Per (source, ACL) group, ``ce_bm25_groups`` holds the chunk count and token total under a small
-integer ``group_id``, and ``ce_bm25_terms`` each lexeme's document frequency per ``group_id``. They change inside the same transaction that
-opens or closes chunks, so a ranking never sees statistics of another revision than its rows.
+integer ``group_id``, and ``ce_bm25_terms`` each lexeme's document frequency per ``group_id``.
+They change inside the same transaction that opens or closes chunks, so a ranking never sees
+statistics of another revision than its rows.
 """
 
 from __future__ import annotations
