@@ -15,6 +15,13 @@ ordinary ingest after its batch, which gives it the ordinary outcome (a new vers
 record). Each batch is all or nothing; a bad input raises before its batch is written, so the
 batches before it stay stored and the ones after it are not read.
 
+Two batches are in flight at most: while one writes, the next is embedded and its chunks are staged
+on a second connection (opened only once the first holds its own). The second takes the store
+revision and writes its documents only after the first has ended, and is rolled back if the first
+failed, so batches commit in input order, their revisions follow it, and a failure stops the load
+at the failed batch. The BM25 term counts are keyed by the integer id of their (source, ACL) group
+(migration 0015), which the same statement upserts.
+
 With ``build_index`` the HNSW index and the full-text and trigram GIN indexes are dropped before the
 load and each built once after it from the definition of the migration that created it, with
 ``maintenance_work_mem`` and parallel maintenance workers raised for that one transaction. Searches
