@@ -459,6 +459,13 @@ class BulkLoader:
                             ]
                         )
                         ord_ += 1
+            # the text-search vectors are computed here too, while the batch before still writes
+            await cur.execute(
+                "CREATE TEMP TABLE ce_bulk_tsv ON COMMIT DROP AS SELECT ord, "
+                "to_tsvector(CAST(%(cfg)s AS regconfig), unaccent(concat_ws(' ', section, text))) AS tsv "
+                "FROM ce_bulk_chunks",
+                {"cfg": services.text_search_config},
+            )
             if turn is not None:
                 await turn  # raises if the batch before failed: this one is rolled back
             await cur.execute(
@@ -523,9 +530,9 @@ class BulkLoader:
             await cur.execute(
                 "WITH ins AS (INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, "
                 "section, page, kind, tsv, embedding, embedding_key, meta, valid_from) "
-                "SELECT document_id, 1, position, source_id, acl, text, text_hash, section, page, kind, "
-                "to_tsvector(CAST(%(cfg)s AS regconfig), unaccent(concat_ws(' ', section, text))), embedding, "
-                "%(ek)s, meta, %(first)s + doc FROM ce_bulk_chunks ORDER BY ord "
+                "SELECT b.document_id, 1, b.position, b.source_id, b.acl, b.text, b.text_hash, b.section, b.page, "
+                "b.kind, v.tsv, b.embedding, %(ek)s, b.meta, %(first)s + b.doc "
+                "FROM ce_bulk_chunks b JOIN ce_bulk_tsv v ON v.ord = b.ord ORDER BY b.ord "
                 "RETURNING source_id, acl, tsv, tsv_tokens), "
                 "grp AS (INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
                 "SELECT source_id, acl, count(*), coalesce(sum(tsv_tokens), 0) FROM ins GROUP BY 1, 2 ORDER BY 1, 2 "
@@ -535,7 +542,7 @@ class BulkLoader:
                 "SELECT u.lexeme, grp.group_id, count(*) FROM ins i "
                 "JOIN grp ON grp.source_id = i.source_id AND grp.acl = i.acl, unnest(i.tsv) u "
                 "GROUP BY 1, 2 ORDER BY 1, 2 ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df",
-                {"cfg": services.text_search_config, "ek": key, "first": first},
+                {"ek": key, "first": first},
             )
 
 
