@@ -5,8 +5,9 @@
 -- lexeme per group id instead of per (source_id, acl). The acl array was repeated in every term
 -- row and compared element by element in every key lookup: at a million chunks in 1,000 ACL groups
 -- the table held 12.5 million rows in 2.1 GB, and the per-row upsert of a bulk batch's counts was
--- most of the batch's write time. The narrow key makes the rows and their B-tree several times
--- smaller, so the upsert stays in cache. ce_bm25_groups is one row per group: small.
+-- the largest part of the batch's write time. With the narrow key the table and its key take about
+-- half the space (549 MB before, 312 MB after, at 200,000 chunks) and the upsert is cheaper.
+-- ce_bm25_groups is one row per group: small.
 
 -- Both tables are held until the revision commits, taken in the order the previous writers took
 -- them (terms, then groups), so no writer's counts can land in the old table after the recount read
