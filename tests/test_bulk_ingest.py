@@ -16,7 +16,8 @@ from sqlalchemy import text
 
 from context_engine import TRUSTED, ContextEngine
 from context_engine.cli import main
-from context_engine.errors import ContextEngineError, Forbidden, InvalidRequest
+from context_engine.embeddings.base import InputKind
+from context_engine.errors import ContextEngineError, Forbidden, InvalidRequest, ProviderError
 from context_engine.ingest.bulk import REBUILT_INDEXES, BulkDocument
 from tests.conftest import make_config
 from tests.fakes.word_embedder import WordEmbedder
@@ -87,7 +88,9 @@ STATE = {
     # embedder's float32 values in binary: equal to within the 7th digit
     "vectors": "SELECT c.embedding::real[] FROM ce_chunks c JOIN ce_documents d ON d.id = c.document_id "
     "ORDER BY d.name, c.version, c.position",
-    "bm25_terms": "SELECT lexeme, source_id, acl, df FROM ce_bm25_terms ORDER BY 1, 2, 3",
+    # by (source, ACL), not by group id: the two paths may number the groups in another order
+    "bm25_terms": "SELECT t.lexeme, g.source_id, g.acl, t.df FROM ce_bm25_terms t "
+    "LEFT JOIN ce_bm25_groups g USING (group_id) ORDER BY 1, 2, 3",
     "bm25_groups": "SELECT source_id, acl, chunks, tokens FROM ce_bm25_groups ORDER BY 1, 2",
     # running float32 sums: the same vectors added in another order (per document, per batch) may
     # differ in the last bits, so the sums are compared within a tolerance below
@@ -293,3 +296,41 @@ def test_cli_ingest_bulk_loads_a_folder(database_url: str, tmp_path: Path, capsy
         ("empty.md", "failed", ["team-a"]),
         ("sub/b.txt", "completed", ["team-a"]),
     ]
+
+
+class FailingOnWordEmbedder(WordEmbedder):
+    """The word embedder, whose provider fails for any text holding ``word`` (as an outage would)."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__(16)
+        self.word = word
+
+    async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
+        if any(self.word in t for t in texts):
+            raise ProviderError("the embedding provider is unavailable")
+        return await super().embed(texts, kind=kind)
+
+
+async def test_a_failed_batch_stops_the_load_and_the_batch_staged_after_it_is_not_written(database_url: str) -> None:
+    docs = corpus(30)
+    docs[14]["text"] += "\n\nzeppelin"  # in the second of about four batches
+    async with ContextEngine(make_config(database_url), embedder=FailingOnWordEmbedder("zeppelin")) as engine:
+        with pytest.raises(ProviderError):
+            await engine.bulk_ingest(docs, batch_chunks=64, build_index=False)
+        stored = sorted(n for (n,) in rows(database_url, "SELECT (attributes->>'n')::int FROM ce_documents"))
+        # whole batches from the start of the input, none from the failed one (which holds document
+        # 14) or after it, though the batch after it was already under way
+        assert 0 < len(stored) <= 14 and stored == list(range(len(stored)))
+        # the statistics agree with the chunks that were committed
+        kept = rows(
+            database_url,
+            "SELECT t.lexeme, g.source_id, g.acl, t.df FROM ce_bm25_terms t "
+            "LEFT JOIN ce_bm25_groups g USING (group_id) ORDER BY 1, 2, 3",
+        )
+        recount = rows(
+            database_url,
+            "SELECT u.lexeme, c.source_id, c.acl, count(*) FROM ce_chunks c, unnest(c.tsv) u "
+            "WHERE c.valid_to IS NULL GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        )
+        assert kept == recount and kept
+        assert rows(database_url, "SELECT revision FROM ce_store_revision") == [(len(stored),)]

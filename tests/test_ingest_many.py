@@ -236,7 +236,14 @@ async def test_bm25_statistics_match_a_recount(engine: ContextEngine) -> None:
     )
     db = await engine.database()
     async with db.connect() as conn:
-        kept = (await conn.execute(text("SELECT lexeme, source_id, acl, df FROM ce_bm25_terms ORDER BY 1, 2, 3"))).all()
+        kept = (
+            await conn.execute(
+                text(
+                    "SELECT t.lexeme, g.source_id, g.acl, t.df FROM ce_bm25_terms t "
+                    "LEFT JOIN ce_bm25_groups g USING (group_id) ORDER BY 1, 2, 3"
+                )
+            )
+        ).all()
         recount = (
             await conn.execute(
                 text(

@@ -47,6 +47,12 @@ _EXPECTED_TERMS = (
     "SELECT u.lexeme, c.source_id, c.acl, count(*) FROM ce_chunks c, unnest(c.tsv) u "
     "WHERE c.valid_to IS NULL GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
 )
+#: the kept statistics by (source, ACL); a term row whose group is gone shows with a NULL source
+_KEPT_TERMS = (
+    "SELECT t.lexeme, g.source_id, g.acl, t.df FROM ce_bm25_terms t "
+    "LEFT JOIN ce_bm25_groups g USING (group_id) ORDER BY 1, 2, 3"
+)
+_KEPT_GROUPS = "SELECT source_id, acl, chunks, tokens FROM ce_bm25_groups ORDER BY 1, 2"
 _EXPECTED_GROUPS = (
     "SELECT c.source_id, c.acl, count(*), sum(c.tsv_tokens) FROM ce_chunks c "
     "WHERE c.valid_to IS NULL GROUP BY 1, 2 ORDER BY 1, 2"
@@ -57,10 +63,10 @@ async def _assert_stats_current(engine: ContextEngine) -> None:
     """The maintained tables equal a recount from the current chunks."""
     sql = await engine.database()
     async with sql.connect() as conn:
-        kept = (await conn.execute(text("SELECT * FROM ce_bm25_terms ORDER BY 1, 2, 3"))).all()
+        kept = (await conn.execute(text(_KEPT_TERMS))).all()
         recount = (await conn.execute(text(_EXPECTED_TERMS))).all()
         assert [tuple(r) for r in kept] == [(r[0], r[1], r[2], r[3]) for r in recount]
-        kept_groups = (await conn.execute(text("SELECT * FROM ce_bm25_groups ORDER BY 1, 2"))).all()
+        kept_groups = (await conn.execute(text(_KEPT_GROUPS))).all()
         recount_groups = (await conn.execute(text(_EXPECTED_GROUPS))).all()
         assert [tuple(r) for r in kept_groups] == [tuple(r) for r in recount_groups]
 
@@ -80,7 +86,12 @@ async def test_bm25_statistics_follow_ingest_replace_acl_change_and_delete(datab
         sql = await engine.database()
         async with sql.connect() as conn:
             # nothing of the deleted document is left behind, not even zero rows
-            assert (await conn.scalar(text("SELECT count(*) FROM ce_bm25_terms WHERE acl = '{group:y}'"))) == 0
+            assert (await conn.scalar(text("SELECT count(*) FROM ce_bm25_groups WHERE acl = '{group:y}'"))) == 0
+            orphans = (
+                "SELECT count(*) FROM ce_bm25_terms t LEFT JOIN ce_bm25_groups g USING (group_id) "
+                "WHERE g.group_id IS NULL"
+            )
+            assert (await conn.scalar(text(orphans))) == 0
             assert (await conn.scalar(text("SELECT min(df) FROM ce_bm25_terms"))) >= 1
 
 
@@ -151,12 +162,22 @@ async def test_migration_backfills_statistics_for_existing_chunks(database_url: 
         await engine.ingest(text="Cats chase mice.", name="a")
         await engine.ingest(text="Dogs chase cats.", name="b", acl=["group:x"])
         sql = await engine.database()
-        async with sql.begin() as conn:  # as if the database predates revision 0002
+        async with sql.begin() as conn:  # as if the database predated revisions 0002 and 0015
             await conn.execute(text("DROP TABLE ce_bm25_terms, ce_bm25_groups"))
-            await conn.execute(text("DELETE FROM ce_schema_migrations WHERE id = '0002_bm25'"))
+            await conn.execute(
+                text("DELETE FROM ce_schema_migrations WHERE id IN ('0002_bm25', '0015_bm25_group_ids')")
+            )
         report = await migrate(sql, dim=engine.embedder.dim)
-        assert report.applied == ["0002_bm25"]
+        assert report.applied == ["0002_bm25", "0015_bm25_group_ids"]
         await _assert_stats_current(engine)
+        async with sql.begin() as conn:  # 0015 run again (its statements are idempotent): the same counts
+            await conn.execute(text("DELETE FROM ce_schema_migrations WHERE id = '0015_bm25_group_ids'"))
+        report = await migrate(sql, dim=engine.embedder.dim)
+        assert report.applied == ["0015_bm25_group_ids"]
+        await _assert_stats_current(engine)
+        await engine.ingest(text="Birds chase cats.", name="c", acl=["group:x"])
+        await _assert_stats_current(engine)
+        assert (await _bm25(engine, "cats chase", None)).keys() == {"a", "b", "c"}
 
 
 async def test_a_section_heading_is_indexed_with_every_chunk_under_it(database_url: str) -> None:

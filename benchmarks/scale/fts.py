@@ -128,12 +128,13 @@ async def build(url: str, rows: int, groups: int, corpus: Path) -> None:
         conn.execute("CREATE INDEX ix_ce_chunks_tsv ON ce_chunks USING gin (tsv) WHERE valid_to IS NULL")
         log(f"  statistics ({time.perf_counter() - started:.0f} s) ...")
         conn.execute(
-            "INSERT INTO ce_bm25_terms (lexeme, source_id, acl, df) SELECT u.lexeme, c.source_id, c.acl, count(*) "
-            "FROM ce_chunks c, unnest(c.tsv) u WHERE c.valid_to IS NULL GROUP BY 1, 2, 3"
-        )
-        conn.execute(
             "INSERT INTO ce_bm25_groups (source_id, acl, chunks, tokens) SELECT c.source_id, c.acl, count(*), "
             "coalesce(sum(c.tsv_tokens), 0) FROM ce_chunks c WHERE c.valid_to IS NULL GROUP BY 1, 2"
+        )
+        conn.execute(
+            "INSERT INTO ce_bm25_terms (lexeme, group_id, df) SELECT u.lexeme, g.group_id, count(*) "
+            "FROM ce_chunks c JOIN ce_bm25_groups g ON g.source_id = c.source_id AND g.acl = c.acl, "
+            "unnest(c.tsv) u WHERE c.valid_to IS NULL GROUP BY 1, 2 ORDER BY 1, 2"
         )
         conn.execute("VACUUM ANALYZE ce_chunks")
         conn.execute("VACUUM ANALYZE ce_bm25_terms")

@@ -15,6 +15,13 @@ ordinary ingest after its batch, which gives it the ordinary outcome (a new vers
 record). Each batch is all or nothing; a bad input raises before its batch is written, so the
 batches before it stay stored and the ones after it are not read.
 
+Two batches are in flight at most: while one writes, the next is embedded and its chunks are staged
+on a second connection (opened only once the first holds its own). The second takes the store
+revision and writes its documents only after the first has ended, and is rolled back if the first
+failed, so batches commit in input order, their revisions follow it, and a failure stops the load
+at the failed batch. The BM25 term counts are keyed by the integer id of their (source, ACL) group
+(migration 0015), which the same statement upserts.
+
 With ``build_index`` the HNSW index and the full-text and trigram GIN indexes are dropped before the
 load and each built once after it from the definition of the migration that created it, with
 ``maintenance_work_mem`` and parallel maintenance workers raised for that one transaction. Searches
@@ -31,7 +38,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -68,7 +75,7 @@ _PREPARE_SLICE = 256
 #: the binary COPY column types of documents, versions and staged chunks, in column order
 _DOCUMENT_TYPES = "uuid text text text text text[] jsonb text text jsonb int4 int4 int8 int8".split()
 _VERSION_TYPES = "uuid int4 text text text int8 text[] jsonb text jsonb int4".split()
-_CHUNK_TYPES = "int8 uuid int4 text text[] text text text int4 text vector jsonb int8".split()
+_CHUNK_TYPES = "int8 uuid int4 text text[] text text text int4 text vector jsonb int4".split()
 
 
 @dataclass
@@ -109,6 +116,17 @@ class _Ready:
     name: str
     prepared: Prepared
     chunks: list[Chunk]
+
+
+@dataclass
+class _Slot:
+    """A batch's place in the load's order. The next batch opens its transaction once this one holds
+    its own connection (so no connection is held while a model embeds or while waiting for the pool
+    on this batch's behalf) and stages its chunks meanwhile; it writes and commits only after this
+    one has ended, so batches commit in input order."""
+
+    connected: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[list[BulkDocument]] | None = None
 
 
 def index_definitions() -> dict[str, str]:
@@ -202,7 +220,7 @@ class BulkLoader:
             raise InvalidRequest("maintenance_work_mem must look like '512MB' or '2GB'")
         db = await self.services.db()
         report = BulkReport()
-        writing: asyncio.Task[list[BulkDocument]] | None = None
+        writing: _Slot | None = None
         started = time.perf_counter()
         definitions = await _present(db, index_definitions()) if build_index else None
         if definitions is not None:
@@ -211,17 +229,12 @@ class BulkLoader:
             seen: set[tuple[str, str]] = set()
             source = iter(documents)
             pending: list[_Ready | BulkDocument] = []
-            handover: list[BulkDocument] = []
 
-            async def finish() -> None:
-                """Wait for the batch being written, then ingest the documents it handed over."""
-                nonlocal writing, handover
-                if writing is not None:
-                    handover += await writing
-                    writing = None
-                for doc in handover:
+            async def finish(slot: _Slot) -> None:
+                """Wait for a batch to be written, then ingest the documents it handed over."""
+                assert slot.task is not None
+                for doc in await slot.task:
                     report.ordinary.append(await self._ordinary(doc, caller))
-                handover = []
 
             while True:
                 docs = [self._scrubbed(document(d)) for d in islice(source, _PREPARE_SLICE)]
@@ -235,16 +248,23 @@ class BulkLoader:
                     while cut < len(pending) and size < batch_chunks:
                         size += _chunks(pending[cut])
                         cut += 1
-                    await finish()
-                    writing = asyncio.create_task(self._write_batch(db, pending[:cut], seen, report))
+                    # this batch embeds and stages its chunks while the one before it writes
+                    previous, writing = writing, _Slot()
+                    writing.task = asyncio.create_task(
+                        self._write_batch(db, pending[:cut], seen, report, writing, previous)
+                    )
                     pending = pending[cut:]
+                    if previous is not None:
+                        await finish(previous)
                 if not docs:
                     break
-            await finish()
+            if writing is not None:
+                await finish(writing)
+                writing = None
         finally:
-            if writing is not None:  # a bad input was met while a batch was being written: let it end
+            if writing is not None and writing.task is not None:  # a bad input was met while a batch was written
                 with contextlib.suppress(Exception):
-                    await writing
+                    await writing.task
             if definitions is not None:
                 for name, definition in definitions.items():
                     t0 = time.perf_counter()
@@ -342,53 +362,67 @@ class BulkLoader:
 
     # ------------------------------------------------------------------ writing
     async def _write_batch(
-        self, db: AsyncEngine, pending: list[_Ready | BulkDocument], seen: set[tuple[str, str]], report: BulkReport
+        self,
+        db: AsyncEngine,
+        pending: list[_Ready | BulkDocument],
+        seen: set[tuple[str, str]],
+        report: BulkReport,
+        slot: _Slot,
+        previous: _Slot | None,
     ) -> list[BulkDocument]:
         """Write one batch in one transaction; returns the documents left to the ordinary path."""
-        fresh: list[_Ready] = []
-        later: list[BulkDocument] = []
-        for r in pending:
-            if isinstance(r, BulkDocument):
-                later.append(r)
-                continue
-            identity = (r.doc.source_id, r.name)
-            if identity in seen:
-                later.append(r.doc)
-            else:
-                seen.add(identity)
-                fresh.append(r)
-        if not fresh:
-            return later
-        t0 = time.perf_counter()
-        vectors, tokens = await self._embed(fresh)
-        report.embed_seconds += time.perf_counter() - t0
-        async with db.begin() as conn:
-            taken = await _taken(conn, fresh)
-            keep = [i for i in range(len(fresh)) if i not in taken]
-            later += [fresh[i].doc for i in sorted(taken)]
-            if keep:
-                starts = np.cumsum([0] + [len(r.chunks) for r in fresh])
-                bases = [int(starts[i]) for i in keep]
-                await self._copy(conn, [fresh[i] for i in keep], vectors, bases, [tokens[i] for i in keep])
+        try:
+            fresh: list[_Ready] = []
+            later: list[BulkDocument] = []
+            for r in pending:
+                if isinstance(r, BulkDocument):
+                    later.append(r)
+                    continue
+                identity = (r.doc.source_id, r.name)
+                if identity in seen:
+                    later.append(r.doc)
+                else:
+                    seen.add(identity)
+                    fresh.append(r)
+            if not fresh:
+                return later
+            t0 = time.perf_counter()
+            vectors, tokens = await self._embed(fresh)
+            report.embed_seconds += time.perf_counter() - t0
+            if previous is not None:
+                await previous.connected.wait()
+            async with db.begin() as conn:
+                slot.connected.set()
+                taken = await _taken(conn, fresh)
+                keep = [i for i in range(len(fresh)) if i not in taken]
+                later += [fresh[i].doc for i in sorted(taken)]
+                if keep:
+                    starts = np.cumsum([0] + [len(r.chunks) for r in fresh])
+                    bases = [int(starts[i]) for i in keep]
+                    turn = previous.task if previous is not None else None
+                    await self._copy(conn, [fresh[i] for i in keep], vectors, bases, [tokens[i] for i in keep], turn)
+        finally:
+            slot.connected.set()
         report.documents += len(keep)
         report.chunks += sum(len(fresh[i].chunks) for i in keep)
         report.batches += 1
         return later
 
     async def _copy(
-        self, conn: AsyncConnection, ready: list[_Ready], vectors: np.ndarray, bases: list[int], tokens: list[int]
+        self,
+        conn: AsyncConnection,
+        ready: list[_Ready],
+        vectors: np.ndarray,
+        bases: list[int],
+        tokens: list[int],
+        turn: Awaitable[object] | None,
     ) -> None:
         """Write prepared documents; ``vectors[bases[n] + position]`` is the vector of chunk
-        ``position`` of document ``n``, ``tokens[n]`` its token total."""
+        ``position`` of document ``n``, ``tokens[n]`` its token total. The chunks are staged first;
+        the rest waits for ``turn`` (the batch before, which must have ended) and for the store
+        revision's row lock, so the batch's revisions follow the previous batch's."""
         services = self.services
         key = services.embedder.key
-        last = int(
-            await conn.scalar(
-                text("UPDATE ce_store_revision SET revision = revision + :n WHERE id = 1 RETURNING revision"),
-                {"n": len(ready)},
-            )
-        )
-        first = last - len(ready) + 1
         raw = await conn.get_raw_connection()
         pg = raw.driver_connection
         assert pg is not None
@@ -396,6 +430,51 @@ class BulkLoader:
         async with pg.cursor() as cur:
             register_vector_info(cur, info)
             ids = [uuid.uuid4() for _ in ready]
+            await cur.execute(
+                f"CREATE TEMP TABLE ce_bulk_chunks (ord int8, document_id uuid, position int4, source_id text, "
+                f"acl text[], text text, text_hash text, section text, page int4, kind text, "
+                f"embedding vector({services.embedder.dim}), meta jsonb, doc int4) ON COMMIT DROP"
+            )
+            async with cur.copy("COPY ce_bulk_chunks FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_CHUNK_TYPES)
+                ord_ = 0
+                for n, (doc_id, r) in enumerate(zip(ids, ready, strict=True)):
+                    base = bases[n]
+                    for position, c in enumerate(r.chunks):
+                        await copy.write_row(
+                            [
+                                ord_,
+                                doc_id,
+                                position,
+                                r.doc.source_id,
+                                r.doc.acl,
+                                c.text,
+                                hashlib.sha256(normalise(c.text).encode()).hexdigest(),
+                                c.section,
+                                c.page,
+                                c.kind,
+                                vectors[base + position],
+                                Jsonb(c.meta),
+                                n,
+                            ]
+                        )
+                        ord_ += 1
+            # the text-search vectors are computed here too, while the batch before still writes
+            await cur.execute(
+                "CREATE TEMP TABLE ce_bulk_tsv ON COMMIT DROP AS SELECT ord, "
+                "to_tsvector(CAST(%(cfg)s AS regconfig), unaccent(concat_ws(' ', section, text))) AS tsv "
+                "FROM ce_bulk_chunks",
+                {"cfg": services.text_search_config},
+            )
+            if turn is not None:
+                await turn  # raises if the batch before failed: this one is rolled back
+            await cur.execute(
+                "UPDATE ce_store_revision SET revision = revision + %(n)s WHERE id = 1 RETURNING revision",
+                {"n": len(ready)},
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            first = int(row[0]) - len(ready) + 1
             async with cur.copy(
                 "COPY ce_documents (id, source_id, name, mime, text, acl, attributes, status, content_hash, meta, "
                 "version, chunk_count, created_revision, updated_revision) FROM STDIN (FORMAT BINARY)"
@@ -446,51 +525,24 @@ class BulkLoader:
                             count,
                         ]
                     )
-            await cur.execute(
-                f"CREATE TEMP TABLE ce_bulk_chunks (ord int8, document_id uuid, position int4, source_id text, "
-                f"acl text[], text text, text_hash text, section text, page int4, kind text, "
-                f"embedding vector({services.embedder.dim}), meta jsonb, valid_from int8) ON COMMIT DROP"
-            )
-            async with cur.copy("COPY ce_bulk_chunks FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(_CHUNK_TYPES)
-                ord_ = 0
-                for n, (doc_id, r) in enumerate(zip(ids, ready, strict=True)):
-                    base = bases[n]
-                    for position, c in enumerate(r.chunks):
-                        await copy.write_row(
-                            [
-                                ord_,
-                                doc_id,
-                                position,
-                                r.doc.source_id,
-                                r.doc.acl,
-                                c.text,
-                                hashlib.sha256(normalise(c.text).encode()).hexdigest(),
-                                c.section,
-                                c.page,
-                                c.kind,
-                                vectors[base + position],
-                                Jsonb(c.meta),
-                                first + n,
-                            ]
-                        )
-                        ord_ += 1
-            # chunks, then their BM25 statistics from the inserted rows, in one statement
+            # chunks, then their BM25 statistics from the inserted rows, in one statement: the groups
+            # first, whose ids (new or existing) key the term counts
             await cur.execute(
                 "WITH ins AS (INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, "
                 "section, page, kind, tsv, embedding, embedding_key, meta, valid_from) "
-                "SELECT document_id, 1, position, source_id, acl, text, text_hash, section, page, kind, "
-                "to_tsvector(CAST(%(cfg)s AS regconfig), unaccent(concat_ws(' ', section, text))), embedding, "
-                "%(ek)s, meta, valid_from FROM ce_bulk_chunks ORDER BY ord "
+                "SELECT b.document_id, 1, b.position, b.source_id, b.acl, b.text, b.text_hash, b.section, b.page, "
+                "b.kind, v.tsv, b.embedding, %(ek)s, b.meta, %(first)s + b.doc "
+                "FROM ce_bulk_chunks b JOIN ce_bulk_tsv v ON v.ord = b.ord ORDER BY b.ord "
                 "RETURNING source_id, acl, tsv, tsv_tokens), "
-                "terms AS (INSERT INTO ce_bm25_terms AS t (lexeme, source_id, acl, df) "
-                "SELECT u.lexeme, i.source_id, i.acl, count(*) FROM ins i, unnest(i.tsv) u GROUP BY 1, 2, 3 "
-                "ORDER BY 1, 2, 3 ON CONFLICT (lexeme, source_id, acl) DO UPDATE SET df = t.df + EXCLUDED.df) "
-                "INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
+                "grp AS (INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
                 "SELECT source_id, acl, count(*), coalesce(sum(tsv_tokens), 0) FROM ins GROUP BY 1, 2 ORDER BY 1, 2 "
                 "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
-                "tokens = g.tokens + EXCLUDED.tokens",
-                {"cfg": services.text_search_config, "ek": key},
+                "tokens = g.tokens + EXCLUDED.tokens RETURNING g.group_id, g.source_id, g.acl) "
+                "INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df) "
+                "SELECT u.lexeme, grp.group_id, count(*) FROM ins i "
+                "JOIN grp ON grp.source_id = i.source_id AND grp.acl = i.acl, unnest(i.tsv) u "
+                "GROUP BY 1, 2 ORDER BY 1, 2 ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df",
+                {"ek": key, "first": first},
             )
 
 

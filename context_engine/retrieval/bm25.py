@@ -6,8 +6,9 @@ division. BM25 weighs each term by its inverse document frequency and saturates 
 against the chunk's length relative to the average; on SciFact that is the difference between
 ranking below and ranking level with a dedicated BM25 library (benchmarks/README.md).
 
-Statistics are kept per (source, ACL) group in ``ce_bm25_terms`` (document frequency of each
-lexeme) and ``ce_bm25_groups`` (chunk count and token total), updated inside the same transaction
+Statistics are kept per (source, ACL) group in ``ce_bm25_groups`` (chunk count and token total,
+under a small integer ``group_id``) and ``ce_bm25_terms`` (document frequency of each lexeme per
+``group_id``), updated inside the same transaction
 that opens or closes chunks. At query time the groups are summed under the same visibility
 predicate as the chunks, so the IDF and average length a caller's ranking uses are computed from
 exactly the chunks that caller may see in the sources they searched: a document they may not see
@@ -247,8 +248,9 @@ def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]
     The caller's predicate is tested once per (source, ACL) group, on ``ce_bm25_groups``, and the
     lexemes' rows are matched to the visible groups by key: with many groups and a caller holding
     hundreds of principals, testing the ACL overlap on every lexeme's row of every group cost more
-    than the rest of the query. (A group row exists while any of its chunks is current, so every
-    lexeme row with a count has one.)
+    than the rest of the query. The lexemes' rows carry the group's integer id (migration 0015),
+    so the match is on one integer. (A group row exists while any of its chunks is current, so
+    every lexeme row with a count has one.)
     """
     groups = visibility("g", params, **stats_scope)
     everyone = "tot.n" if groups == "TRUE" else "(SELECT coalesce(sum(a.chunks), 0)::float8 FROM ce_bm25_groups a)"
@@ -257,11 +259,11 @@ def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]
     else:
         counted = (
             "SELECT coalesce(sum(s.df), 0)::float8 AS df FROM ce_bm25_terms s "
-            "JOIN vis ON vis.source_id = s.source_id AND vis.acl = s.acl WHERE s.lexeme = qt.lexeme"
+            "JOIN vis ON vis.group_id = s.group_id WHERE s.lexeme = qt.lexeme"
         )
     return (
         f"WITH qt AS (SELECT DISTINCT x AS lexeme FROM unnest({terms}) x), "
-        f"vis AS MATERIALIZED (SELECT g.source_id, g.acl, g.chunks, g.tokens FROM ce_bm25_groups g WHERE {groups}), "
+        f"vis AS MATERIALIZED (SELECT g.group_id, g.chunks, g.tokens FROM ce_bm25_groups g WHERE {groups}), "
         "tot AS (SELECT coalesce(sum(vis.chunks), 0)::float8 AS n, "
         "greatest(coalesce(sum(vis.tokens), 0)::float8 / greatest(coalesce(sum(vis.chunks), 0), 1), 1) AS avgdl "
         "FROM vis) "

@@ -1,8 +1,9 @@
 """Keeping the BM25 statistics current: the write side of :mod:`context_engine.retrieval.bm25`.
 
-Per (source, ACL) group, ``ce_bm25_terms`` holds each lexeme's document frequency and
-``ce_bm25_groups`` the chunk count and token total. They change inside the same transaction that
-opens or closes chunks, so a ranking never sees statistics of another revision than its rows.
+Per (source, ACL) group, ``ce_bm25_groups`` holds the chunk count and token total under a small
+integer ``group_id``, and ``ce_bm25_terms`` each lexeme's document frequency per ``group_id``.
+They change inside the same transaction that opens or closes chunks, so a ranking never sees
+statistics of another revision than its rows.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 #: the current chunks of the documents listed in ``:bm25_docs`` (with the version each opens in ``:bm25_vs``)
 _DOCS = "unnest(CAST(:bm25_docs AS uuid[]), CAST(:bm25_vs AS integer[])) AS x(id, v)"
 _CURRENT = f"ce_chunks c JOIN {_DOCS} ON c.document_id = x.id WHERE c.valid_to IS NULL"
-#: the same chunks, one row per lexeme
-_CURRENT_TERMS = f"ce_chunks c JOIN {_DOCS} ON c.document_id = x.id, unnest(c.tsv) u WHERE c.valid_to IS NULL"
+#: the same chunks, one row per lexeme, with the id of their group
+_CURRENT_TERMS = (
+    f"ce_chunks c JOIN {_DOCS} ON c.document_id = x.id "
+    "JOIN ce_bm25_groups g ON g.source_id = c.source_id AND g.acl = c.acl, unnest(c.tsv) u WHERE c.valid_to IS NULL"
+)
 
 
 async def _shift(
@@ -25,19 +29,23 @@ async def _shift(
 ) -> None:
     """Add ``weight`` (an expression over ``c`` and ``x``) per current chunk of the documents to the
     statistics: both tables in one statement, then, when any count may have fallen (``may_fall``), the
-    rows that fell to zero removed in a second, so the tables stay the size of the live vocabulary."""
+    rows that fell to zero removed in a second, so the tables stay the size of the live vocabulary.
+
+    Every group the documents' chunks fall in is upserted, even by zero, because its id (new or
+    existing) keys the term rows written by the same statement."""
     params: dict[str, Any] = {"bm25_docs": list(documents), "bm25_vs": list(versions)}
     await conn.execute(
         text(
-            "WITH terms AS (INSERT INTO ce_bm25_terms AS t (lexeme, source_id, acl, df) "
-            f"SELECT u.lexeme, c.source_id, c.acl, sum({weight}) FROM {_CURRENT_TERMS} "
-            f"GROUP BY 1, 2, 3 HAVING sum({weight}) <> 0 ORDER BY 1, 2, 3 "
-            "ON CONFLICT (lexeme, source_id, acl) DO UPDATE SET df = t.df + EXCLUDED.df) "
-            "INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
+            "WITH grp AS (INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
             f"SELECT c.source_id, c.acl, sum({weight}), sum(({weight}) * c.tsv_tokens) FROM {_CURRENT} "
-            f"GROUP BY 1, 2 HAVING sum({weight}) <> 0 OR sum(({weight}) * c.tsv_tokens) <> 0 ORDER BY 1, 2 "
+            "GROUP BY 1, 2 ORDER BY 1, 2 "
             "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
-            "tokens = g.tokens + EXCLUDED.tokens"
+            "tokens = g.tokens + EXCLUDED.tokens RETURNING g.group_id, g.source_id, g.acl) "
+            "INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df) "
+            f"SELECT u.lexeme, grp.group_id, sum({weight}) FROM ce_chunks c JOIN {_DOCS} ON c.document_id = x.id "
+            "JOIN grp ON grp.source_id = c.source_id AND grp.acl = c.acl, unnest(c.tsv) u WHERE c.valid_to IS NULL "
+            f"GROUP BY 1, 2 HAVING sum({weight}) <> 0 ORDER BY 1, 2 "
+            "ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df"
         ),
         params,
     )
@@ -45,9 +53,9 @@ async def _shift(
         return
     await conn.execute(
         text(
-            "WITH terms AS (DELETE FROM ce_bm25_terms t USING (SELECT DISTINCT u.lexeme, c.source_id, c.acl "
+            "WITH terms AS (DELETE FROM ce_bm25_terms t USING (SELECT DISTINCT u.lexeme, g.group_id "
             f"FROM {_CURRENT_TERMS}) z "
-            "WHERE t.lexeme = z.lexeme AND t.source_id = z.source_id AND t.acl = z.acl AND t.df <= 0) "
+            "WHERE t.lexeme = z.lexeme AND t.group_id = z.group_id AND t.df <= 0) "
             f"DELETE FROM ce_bm25_groups g USING (SELECT DISTINCT c.source_id, c.acl FROM {_CURRENT}) z "
             "WHERE g.source_id = z.source_id AND g.acl = z.acl AND g.chunks <= 0"
         ),
