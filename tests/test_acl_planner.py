@@ -281,7 +281,7 @@ async def test_small_corpora_and_pins(engine: ContextEngine, sql: AsyncEngine) -
 def test_the_iterative_budget_grows_as_the_slice_shrinks() -> None:
     unfiltered = VectorPlan(planner.ANN, 1_000_000, total=1_000_000, unfiltered=True)
     planner.ann_settings(unfiltered, 10)
-    assert unfiltered.ef_search == planner.PROBE_MIN_EF_SEARCH  # as wide as a probe's: its recall is the answer's
+    assert unfiltered.ef_search == planner.UNFILTERED_EF_SEARCH  # the index's recall is the answer's
     assert unfiltered.max_scan_tuples == planner.DEFAULT_MAX_SCAN_TUPLES
     broad = VectorPlan(planner.ANN, 500_000, total=1_000_000)
     planner.ann_settings(broad, 10)

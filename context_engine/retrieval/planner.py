@@ -71,8 +71,15 @@ PROBE_FACTOR = 1.5
 #: the fewest nearest rows a probe reads (pgvector's default ``ef_search`` is 40)
 PROBE_MIN_ROWS = 40
 #: the narrowest search list a probe's index scan uses: its proof is only as good as the index's own
-#: recall of the rows it reads (at 1,000,000 rows, 0.71-0.80 of the nearest ten at ``ef_search`` 40)
-PROBE_MIN_EF_SEARCH = 400
+#: recall of the rows it reads. At 1,000,000 rows, 0.71-0.80 of the nearest ten at ``ef_search`` 40;
+#: at 400, 0.973-0.978 for 25% clustered and scattered and 10% random slices over 50 queries each;
+#: at 1,000 (pgvector's largest), 1.000 for those three and 0.996 for 50% scattered, no slower
+#: (benchmarks/README.md, "Scale")
+PROBE_MIN_EF_SEARCH = 1000
+#: the search list of a caller who filters nothing: every row the index returns is theirs, so the
+#: index's recall of the nearest ``limit`` is the answer's (at 1,000,000 rows, recall@10 0.94 at 100,
+#: 0.996 at 400 over 50 queries)
+UNFILTERED_EF_SEARCH = 400
 #: the most nearest rows a probe reads; a slice too thin for that goes to the exact scan (or, under
 #: ``latency``, to the iterative scan when it is above the threshold)
 PROBE_MAX_ROWS = 2_000
@@ -320,15 +327,15 @@ def probe_settings(plan: VectorPlan, limit: int) -> tuple[int, dict[str, str]]:
 def ann_settings(plan: VectorPlan, limit: int) -> dict[str, str]:
     """Session settings (transaction-local) for one forced, iterative HNSW scan.
 
-    ``ef_search`` grows with the rows asked for (from :data:`PROBE_MIN_EF_SEARCH` for a caller who
-    filters nothing, like a probe: at 1,000,000 rows 100 found 0.94 of the nearest ten; from
-    :data:`SPREAD_EF_SEARCH` for one who filters, when latency was chosen over recall).
+    ``ef_search`` grows with the rows asked for (from :data:`UNFILTERED_EF_SEARCH` for a caller who
+    filters nothing; from :data:`SPREAD_EF_SEARCH` for one who filters, when latency was chosen over
+    recall).
     ``max_scan_tuples`` is raised above pgvector's default when the estimate says the slice is
     small: a uniformly spread slice of selectivity s needs about ``ef_search / s`` tuples before
     ``limit`` eligible rows are met, and a clustered one more, hence the headroom; past the cap the
     leg's exact fallback is cheaper than walking on.
     """
-    ef = min(1000, max(PROBE_MIN_EF_SEARCH if plan.unfiltered else SPREAD_EF_SEARCH, 2 * limit))
+    ef = min(1000, max(UNFILTERED_EF_SEARCH if plan.unfiltered else SPREAD_EF_SEARCH, 2 * limit))
     budget = DEFAULT_MAX_SCAN_TUPLES
     if plan.eligible and plan.total:
         need = math.ceil(SCAN_HEADROOM * ef * plan.total / plan.eligible)
