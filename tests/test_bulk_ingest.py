@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from context_engine.errors import ContextEngineError, Forbidden, InvalidRequest,
 from context_engine.ingest.bulk import REBUILT_INDEXES, BulkDocument
 from tests.conftest import make_config
 from tests.fakes.word_embedder import WordEmbedder
+from tests.test_conformance import fresh_database
 
 WORDS = (
     "protein cell membrane receptor signal pathway enzyme binding gene expression tumour growth factor "
@@ -53,15 +53,8 @@ def corpus(count: int, seed: int = 3) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def second_database_url(pg_base_url: str) -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_base_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    head, _, query = pg_base_url.partition("?")
-    try:
-        yield f"{head.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
-    finally:
-        with psycopg.connect(pg_base_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(pg_base_url) as url:
+        yield url
 
 
 @pytest.fixture
