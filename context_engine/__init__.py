@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from context_engine.compute.action import CodeRunner, compute_over_frames
 from context_engine.config import (
     ContextEngineConfig,
     EmbeddingConfig,
     FusionConfig,
     IngestConfig,
+    LLMConfig,
     SearchConfig,
     StorageConfig,
 )
@@ -28,7 +30,11 @@ from context_engine.errors import (
 )
 from context_engine.knowledge.tool import KNOWLEDGE_ACTIONS, call_knowledge_tool, knowledge_tool_definition
 from context_engine.principals import TRUSTED
+from context_engine.providers import HttpClientFactory, HttpClientPurpose
+from context_engine.redaction import RedactionPolicy, RedactionRule, presidio_detectors
+from context_engine.retrieval.legs.graph import GRAPH_REASONS
 from context_engine.storage.scope import UNSCOPED, Scope
+from context_engine.tools import ToolConfig, format_result, resolve_approval, rows_to_tsv
 
 __version__ = "0.1.0"
 
@@ -50,28 +56,41 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "GRAPH_REASONS",
     "KNOWLEDGE_ACTIONS",
     "TRUSTED",
     "UNSCOPED",
+    "CodeRunner",
     "ContextEngine",
     "ContextEngineConfig",
     "ContextEngineError",
     "EmbeddingConfig",
     "Forbidden",
     "FusionConfig",
+    "HttpClientFactory",
+    "HttpClientPurpose",
     "IngestConfig",
     "IngestTooLarge",
     "InputTooLarge",
     "InvalidRequest",
+    "LLMConfig",
     "NotFound",
     "ProviderError",
+    "RedactionPolicy",
+    "RedactionRule",
     "Scope",
     "SearchConfig",
     "StorageConfig",
+    "ToolConfig",
     "call_knowledge_tool",
+    "compute_over_frames",
     "create_django_urlpatterns",
     "create_flask_blueprint",
     "create_mcp_app",
     "create_router",
+    "format_result",
     "knowledge_tool_definition",
+    "presidio_detectors",
+    "resolve_approval",
+    "rows_to_tsv",
 ]

@@ -85,6 +85,8 @@ class ContextEngine:
         http_client_factory: HttpClientFactory | None = None,
         embedder: Embedder | None = None,
         hooks: Hooks | None = None,
+        code_runner: Any = None,
+        mcp_resolver: Any = None,
     ):
         #: what the pipelines behind this front door share (one pool, one embedder); views share it too
         self.services = Services(
@@ -93,6 +95,10 @@ class ContextEngine:
         self._retriever = Retriever(self.services)
         #: function tools registered on this engine (kept on the root; views share them)
         self._function_tools: Any = None
+        #: the host's own isolation for generated code (sync or async), used when a call names none
+        self._code_runner = code_runner
+        #: resolves tool hosts for the egress check of mcp and http tools (default: the system's)
+        self._mcp_resolver = mcp_resolver
         #: the engine a view was made from (itself for an engine)
         self._root: ContextEngine = self
         self._policy: RedactionPolicy = self.config.redaction
@@ -827,6 +833,7 @@ class ContextEngine:
             functions=self._tool_functions(),
             hooks=self.hooks,
             http_client_factory=self.services.http_client_factory,
+            resolver=self._mcp_resolver,
         )
 
     async def register_tool(self, tool: Any) -> dict[str, Any]:
@@ -1018,7 +1025,7 @@ class ContextEngine:
             scope=ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids)),
             config=self.config,
             settings=settings if settings is not None else self.config.compute,
-            code_runner=code_runner,
+            code_runner=code_runner if code_runner is not None else self._code_runner,
             runner=runner,
             redactor=self._redactor(caller, redaction, redaction_secret_key),
             hooks=self.hooks,
@@ -1043,7 +1050,7 @@ class ContextEngine:
             question,
             config=self.config,
             settings=settings if settings is not None else self.config.compute,
-            code_runner=code_runner,
+            code_runner=code_runner if code_runner is not None else self._code_runner,
             redactor=self._redactor(None, redaction, redaction_secret_key),
             hooks=self.hooks,
             http_client_factory=self.services.http_client_factory,

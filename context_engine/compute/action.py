@@ -12,6 +12,8 @@ a single value, and the returned dict (code included) is swept again on the way 
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,9 +36,9 @@ from context_engine.redaction.apply import Redactor
 if TYPE_CHECKING:
     import pandas as pd
 
-#: ``await code_runner(code, {"dfs": frames}, timeout)`` -> ``{"result", "stdout", "error"}``: the
-#: host's own isolation (a container, a remote sandbox) in place of the built-in worker
-CodeRunner = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
+#: ``code_runner(code, {"dfs": frames}, timeout)`` -> ``{"result", "stdout", "error"}``, sync or async:
+#: the host's own isolation (a container, a remote sandbox) in place of the built-in worker
+CodeRunner = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]] | dict[str, Any]]
 #: ``await runner(instruction, source_ids=, document_ids=, principals=)`` -> dict: replaces the action
 ComputeRunner = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -69,7 +71,7 @@ async def compute_over_frames(
     checker, ``compute_run`` for the code; the error text starts with ``attempt N:``) and
     ``hooks.on_usage`` once with the tokens of every attempt.
     """
-    settings = settings or ComputeConfig()
+    settings = settings or config.compute
     question = _check_question(question)
     if not settings.enable_code_execution and code_runner is None:
         raise ComputeDisabled(OFF_MESSAGE)
@@ -204,7 +206,13 @@ async def _run(
     if code_runner is None:
         return await run_in_worker(code, frames, settings)
     started = time.perf_counter()
-    reply = await code_runner(code, {"dfs": {k: f.copy() for k, f in frames.items()}}, settings.wall_seconds)
+    context = {"dfs": {k: f.copy() for k, f in frames.items()}}
+    if inspect.iscoroutinefunction(code_runner) or inspect.iscoroutinefunction(type(code_runner).__call__):
+        reply = await code_runner(code, context, settings.wall_seconds)
+    else:  # a plain function: off the event loop, so a runner that blocks for seconds stalls no other call
+        reply = await asyncio.to_thread(code_runner, code, context, settings.wall_seconds)
+        if inspect.isawaitable(reply):
+            reply = await reply
     plain = json.loads(json.dumps(reply if isinstance(reply, dict) else {"result": reply}, default=str))
     failed = plain.get("error")
     return WorkerOutcome(

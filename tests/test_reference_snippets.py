@@ -1,0 +1,279 @@
+"""The Python snippets of the reference documents, executed against this package as written.
+
+The snippets are read from the reference documents at test time (``CE_REFERENCE_DOCS`` names their
+folder; ``.ci/run`` sets it), so nothing of them is copied here. Each runs in a namespace that holds
+what its prose assumes already exists — an ``engine`` on a fresh database, a ``config``, an ``app``,
+the host's ``my_auth`` — with two mechanical fills, the same for every snippet:
+
+* a keyword argument written ``name=...`` takes the namespace's ``name``;
+* the example host ``https://api.example.com`` is a fake HTTP server on 127.0.0.1.
+
+A snippet that differs from ours on purpose is listed in :data:`DIFFERS` with the error it raises
+here and the reason (the same table is in README, "Where we differ from the reference"); the test
+holds that it still raises exactly that, so a fix shows up as a failure to update the table.
+Snippets that only speak of the reference's own hosted product are left out by
+:func:`product_specific`.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import re
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from context_engine import ContextEngine
+from context_engine.tools.errors import ToolConfigInvalid, ToolNotFound
+from tests.conftest import make_config
+from tests.fakes import FakeHTTPServer, json_reply
+from tests.filegen import make_pdf
+from tests.knowledge_fakes import completion
+
+FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+PLACEHOLDER = re.compile(r"\b(\w+)=\.\.\.")
+EXAMPLE_HOST = "https://api.example.com"
+SECRET = "reference-snippets-secret-key-0123456789"
+
+
+def reference_dir() -> Path | None:
+    named = os.environ.get("CE_REFERENCE_DOCS")
+    return Path(named) if named else None
+
+
+@dataclass(frozen=True)
+class Snippet:
+    where: str
+    code: str
+
+    def named(self, table: dict[str, Any]) -> Any:
+        """The entry of ``table`` whose key (a phrase of the snippet's code) this snippet contains."""
+        return next((value for phrase, value in table.items() if phrase in self.code), None)
+
+
+def product_specific(snippet: Snippet) -> bool:
+    """The reference's own hosted API (its URLs and API key), which is not ours to run."""
+    return "requests.post(" in snippet.code and "_API_KEY" in snippet.code
+
+
+def snippets() -> list[Snippet]:
+    folder = reference_dir()
+    if folder is None or not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        for match in FENCE.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(Snippet(f"{path.name}:{line}", match.group(1)))
+    return [s for s in found if not product_specific(s)]
+
+
+#: a phrase of the snippet -> (the error it raises here, why we differ)
+DIFFERS: dict[str, tuple[type[BaseException], str]] = {
+    'result.usage["mode"]': (KeyError, "a search reports no mode / mode_used yet (graph mode is chosen by config)"),
+    '"llmQueryParameters"': (
+        ToolConfigInvalid,
+        "an http tool names its argument schema `parameters`; `llmQueryParameters` is not read yet",
+    ),
+    '"db_sales"': (ToolNotFound, "the section's db tool is registered in prose only"),
+    "presidio_detectors([": (
+        ImportError,
+        "Presidio is the optional `[presidio]` extra (spaCy and its model), not part of the test install",
+    ),
+}
+
+
+def _missing(name: str) -> Exception:
+    return NameError(f"the snippet uses {name!r}, which its prose defines elsewhere")
+
+
+class Namespace(dict):
+    """Module globals for a snippet; names its prose takes for granted resolve from ``given``."""
+
+    def __init__(self, given: dict[str, Any]):
+        super().__init__()
+        self.given = given
+
+    def __missing__(self, name: str) -> Any:
+        if name in self.given:
+            return self.given[name]
+        if name == "approval_id" and "out" in self:  # the prose: "the approval id of the reply above"
+            return self["out"]["approval_required"]["approval_id"]
+        import builtins
+
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise _missing(name)
+
+
+def fill(code: str) -> str:
+    return PLACEHOLDER.sub(r"\1=\1", code).replace(EXAMPLE_HOST, "{example_host}")
+
+
+async def run(code: str, given: dict[str, Any]) -> Namespace:
+    """Execute one snippet; an engine it makes of its own is closed afterwards, whatever happened."""
+    filled = fill(code).replace("{example_host}", given["example_host"])
+    namespace = Namespace(given)
+    compiled = compile(filled, "<snippet>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    try:
+        result = eval(compiled, {"__builtins__": __builtins__}, namespace)
+        if asyncio.iscoroutine(result):
+            await result
+    finally:
+        own = dict.get(namespace, "engine")
+        if isinstance(own, ContextEngine) and own is not given["engine"]:
+            given["made"].append(own)
+    return namespace
+
+
+@pytest.fixture
+def example_api() -> Iterator[FakeHTTPServer]:
+    with FakeHTTPServer() as server:
+        server.route("GET", "/weather", json_reply(200, {"city": "Lahore", "temp_c": 31}))
+        server.route("QUERY", "/orders", json_reply(200, [{"id": 1, "total": 9.5}]))
+        yield server
+
+
+@pytest.fixture
+def model() -> Iterator[FakeHTTPServer]:
+    """A scripted OpenAI-compatible model: code for compute, an invoice for structured calls."""
+
+    def reply(body: Any, _headers: dict[str, str], _target: Any) -> Any:
+        fmt = (body or {}).get("response_format") or {}
+        name = (fmt.get("json_schema") or {}).get("name", "")
+        if name == "invoice":
+            return 200, {}, completion('{"total": 12.5}')
+        return 200, {}, completion('{"code": "result = float(dfs[\\"expenses\\"][\\"amount\\"].sum())"}')
+
+    with FakeHTTPServer() as server:
+        server.route("POST", "/v1/chat/completions", reply)
+        yield server
+
+
+@pytest.fixture
+async def given(database_url: str, model: FakeHTTPServer, example_api: FakeHTTPServer, tmp_path: Path,
+                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[dict[str, Any]]:
+    import pandas as pd
+
+    from context_engine import EmbeddingConfig, LLMConfig, RedactionPolicy, RedactionRule
+
+    llm = LLMConfig(provider="custom", base_url=model.url("/v1"), model="scripted", max_retries=0, timeout=30)
+    config = make_config(
+        database_url,
+        llm=llm,
+        secret_key=SECRET,
+        compute={"enable_code_execution": True},
+    )
+    (tmp_path / "policy.pdf").write_bytes(make_pdf(["Leave policy: two days per month."]))
+    monkeypatch.chdir(tmp_path)
+
+    async def my_auth(*_args: Any) -> dict[str, Any]:
+        return {"sub": "user:a"}
+
+    async def my_principals(*_args: Any) -> list[str]:
+        return ["user:a"]
+
+    engine = ContextEngine(config)
+    await engine.ingest(text="Annual leave accrues at two days per month.", name="leave", source_id="hr-handbook",
+                        acl=["group:hr"])
+    made: list[ContextEngine] = [engine]
+    import context_engine
+
+    values = {
+        **{name: getattr(context_engine, name) for name in context_engine.__all__ if not name.startswith("create_")},
+        "engine": engine,
+        "config": config,
+        "database_url": database_url,
+        "embedding": EmbeddingConfig(),
+        "q": "annual leave",
+        "user": SimpleNamespace(groups=["group:hr"]),
+        "caller": ["group:hr"],
+        "result": await engine.search("annual leave", principals=["group:hr"]),
+        "df": pd.DataFrame({"amount": [1.5, 2.5, 8.5]}),
+        "text": "Invoice 7: total due 12.50 EUR.",
+        "my_auth": my_auth,
+        "my_principals": my_principals,
+        "tenant_policy": RedactionPolicy(rules=[RedactionRule(name="emails", detector="email")]),
+        "tenant_hash_key": "tenant-hash-key-0123456789abcdef",
+        "example_host": example_api.url("").rstrip("/"),
+        "made": made,
+    }
+    yield values
+    for each in made:
+        await each.aclose()
+
+
+async def weather_tool(given: dict[str, Any], *, requires_approval: bool) -> None:
+    """The weather tool an earlier snippet of the same section registered."""
+    from context_engine import ToolConfig
+
+    await given["engine"].register_tool(
+        ToolConfig(
+            name="get_weather",
+            kind="http",
+            description="Fetch the current weather for a city",
+            config={
+                "method": "GET",
+                "url": given["example_host"] + "/weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                "allow_private_network": True,
+            },
+            requires_approval=requires_approval,
+        )
+    )
+
+
+#: a phrase of the snippet -> what the sections before it have set up
+SETUP = {
+    'engine.search_tools("weather"': lambda given: weather_tool(given, requires_approval=False),
+    'approval_scope="run-42"': lambda given: weather_tool(given, requires_approval=True),
+}
+
+
+def app_for(code: str) -> Any:
+    """The host application a routing snippet mounts into."""
+    if "create_flask_blueprint" in code:
+        from flask import Flask
+
+        return Flask("reference")
+    if "create_django_urlpatterns" in code:
+        from django.conf import settings
+
+        if not settings.configured:
+            settings.configure(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["*"], SECRET_KEY="snippets")
+        return None
+    from fastapi import FastAPI
+
+    return FastAPI()
+
+
+SNIPPETS = snippets()
+
+
+def test_the_reference_documents_are_there() -> None:
+    """In CI the reference documents are beside the checkout; elsewhere this module has nothing to run."""
+    if os.environ.get("CI") and not SNIPPETS:
+        pytest.fail("CE_REFERENCE_DOCS names no folder of reference documents with Python snippets")
+    assert all(s.code.strip() for s in SNIPPETS)
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.where for s in SNIPPETS])
+async def test_a_reference_snippet_runs_as_written(snippet: Snippet, given: dict[str, Any]) -> None:
+    given["app"] = app_for(snippet.code)
+    setup = snippet.named(SETUP)
+    if setup is not None:
+        await setup(given)
+    differs = snippet.named(DIFFERS)
+    if differs is None:
+        await run(snippet.code, given)
+        return
+    error, _reason = differs
+    with pytest.raises(error):
+        await run(snippet.code, given)
