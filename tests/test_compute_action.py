@@ -235,3 +235,19 @@ async def test_a_host_compute_runner_replaces_the_action_and_is_swept(llm_engine
     out = await llm_engine.compute("who", principals=["staff"], source_ids=["fin"], runner=runner, redaction=policy)
     assert out == {"success": True, "result": "owner is [EMAIL]", "documents_used": ["x"]}
     assert calls == [{"instruction": "who", "source_ids": ["fin"], "document_ids": None, "principals": ["staff"]}]
+
+
+async def test_a_sync_code_runner_given_to_the_engine_runs_off_the_event_loop(server: FakeHTTPServer) -> None:
+    import threading
+
+    threads: list[int] = []
+
+    def runner(code: str, context: dict[str, Any], seconds: float) -> dict[str, Any]:
+        threads.append(threading.get_ident())
+        return {"result": int(context["dfs"]["t"]["a"].sum())}
+
+    server.route("POST", "/v1/chat/completions", code_reply("result = dfs['t']['a'].sum()"))
+    engine = ContextEngine(ContextEngineConfig(llm=llm_settings(server)), code_runner=runner)
+    out = await engine.compute_over_frames({"t": pd.DataFrame({"a": [4, 5]})}, "sum")
+    assert out["success"] and out["result"] == 9
+    assert threads and threads[0] != threading.get_ident()
