@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner
-from context_engine.knowledge.tool.definition import MCP_SCOPE_SENTENCE, TOOL_NAME, knowledge_tool_definition
+from context_engine.knowledge.tool.definition import MCP_SCOPE_SENTENCE, TOOL_NAME, deployment_definition
 from context_engine.knowledge.tool.dispatch import run_knowledge_tool
 
 if TYPE_CHECKING:
@@ -52,8 +52,7 @@ async def _resolve(value: Any) -> Any:
     return value
 
 
-def _tool() -> types.Tool:
-    definition = knowledge_tool_definition()
+def _tool(definition: dict[str, Any]) -> types.Tool:
     return types.Tool(
         name=definition["name"],
         description=f"{definition['description']}\n\n{MCP_SCOPE_SENTENCE}",
@@ -271,7 +270,8 @@ def create_mcp_app(
     """
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
-        return types.ListToolsResult(tools=[_tool(), *_gateway_tools()])
+        definition = await deployment_definition(engine, compute=compute, map_reduce=map_reduce)
+        return types.ListToolsResult(tools=[_tool(definition), *_gateway_tools()])
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
         if params.name not in (TOOL_NAME, SEARCH_TOOLS, EXECUTE_TOOL):

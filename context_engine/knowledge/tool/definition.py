@@ -1,14 +1,21 @@
 """``knowledge_tool_definition()``: the tool as data, for a host's own agent loop and for MCP.
 
 The description carries the decision rules once; the input schema comes from the property table.
+Given the engine (and the host's runners), the description marks OFF exactly the actions this
+deployment cannot run, so the model is never told an action is off when it runs, or on when it
+refuses; without one it marks none and says an off action answers so.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from context_engine.knowledge.tool.off import OFF_SENTENCES
+from context_engine.knowledge.tool.off import Deployment, graph_available, off_actions
 from context_engine.knowledge.tool.properties import ACTION_PURPOSES, KNOWLEDGE_ACTIONS, input_schema
+
+if TYPE_CHECKING:
+    from context_engine.engine import ContextEngine
 
 TOOL_NAME = "search_knowledge_base"
 
@@ -25,7 +32,8 @@ search hits: hits are excerpts.
 - To read around a search hit, call get_chunks with start set to the hit's chunk_idx.
 - When an answer carries next_page or next_action, that is the next call, already filled in: make it \
 rather than guessing.
-- When an answer has "success": false, its "error" says what to change; follow it.
+- When an answer has "success": false, its "error" says what to change; follow it. An action this \
+deployment has switched off answers with a sentence saying so.
 
 Actions:
 """
@@ -34,23 +42,38 @@ Actions:
 MCP_SCOPE_SENTENCE = "Results are limited to the documents the calling user is permitted to read."
 
 
-def description() -> str:
+def description(off: Mapping[str, str] | None = None) -> str:
     lines = []
     for action in KNOWLEDGE_ACTIONS:
-        off = OFF_SENTENCES.get(action)
-        suffix = f" (OFF: {off})" if off else ""
+        sentence = (off or {}).get(action)
+        suffix = f" (OFF: {sentence})" if sentence else ""
         lines.append(f"- {action}: {ACTION_PURPOSES[action]}{suffix}")
     return _RULES + "\n".join(lines)
 
 
-def knowledge_tool_definition() -> dict[str, Any]:
+def knowledge_tool_definition(
+    engine: ContextEngine | None = None, *, compute: Any = None, map_reduce: Any = None, graph: bool = False
+) -> dict[str, Any]:
     """``{"name", "description", "input_schema", "annotations"}``.
 
-    ``readOnlyHint`` is false on purpose: most actions only read, but ``compute`` runs generated code.
+    With ``engine`` (plus the host's ``compute`` / ``map_reduce`` runners, and ``graph=True`` where
+    ``migrate --graph`` made the graph tables; :func:`deployment_definition` looks that up) the
+    description marks OFF what this deployment cannot run. ``readOnlyHint`` is false on purpose: most
+    actions only read, but ``compute`` runs generated code.
     """
+    off = None if engine is None else off_actions(Deployment(engine, compute, map_reduce, graph))
     return {
         "name": TOOL_NAME,
-        "description": description(),
+        "description": description(off),
         "input_schema": input_schema(),
         "annotations": {"readOnlyHint": False, "openWorldHint": False},
     }
+
+
+async def deployment_definition(
+    engine: ContextEngine, *, compute: Any = None, map_reduce: Any = None
+) -> dict[str, Any]:
+    """:func:`knowledge_tool_definition` for ``engine`` as it is now, the graph looked up in its database."""
+    return knowledge_tool_definition(
+        engine, compute=compute, map_reduce=map_reduce, graph=await graph_available(engine)
+    )

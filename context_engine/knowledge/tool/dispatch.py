@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from context_engine.errors import ContextEngineError, InvalidRequest, StorageUnavailable, known_failure
 from context_engine.knowledge.tool import arguments, discover, documents, runners, search
 from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner, Refusal, ToolCall
-from context_engine.knowledge.tool.off import GRAPH_ACTIONS, off_reason
+from context_engine.knowledge.tool.off import GRAPH_ACTIONS, graph_available, off_reason
 from context_engine.principals import resolve
 from context_engine.redaction import RedactionPolicy
 from context_engine.storage.scope import Scope, resolve_scope
@@ -74,7 +74,7 @@ async def run_knowledge_tool(
             secret_key=secret_key,
             compute=compute,
             map_reduce=map_reduce,
-            graph_enabled=(name == "discover" or name in GRAPH_ACTIONS) and await _graph_enabled(engine),
+            graph_enabled=(name == "discover" or name in GRAPH_ACTIONS) and await graph_available(engine),
         )
         off = off_reason(name, call)
         handler = HANDLERS.get(name)
@@ -97,11 +97,3 @@ async def run_knowledge_tool(
             raise
         log.warning("knowledge tool: %s failed with %s", action, known.code)
         return {"success": False, "error": "the knowledge base is busy right now; try again shortly."}
-
-
-async def _graph_enabled(engine: ContextEngine) -> bool:
-    from context_engine.graph.schema import graph_enabled
-
-    async with (await engine.database()).connect() as conn:
-        return await graph_enabled(conn)
-

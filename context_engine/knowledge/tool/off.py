@@ -9,8 +9,36 @@ where ``migrate --graph`` created the graph tables.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
-from context_engine.knowledge.tool.call import ToolCall
+from context_engine.graph.schema import graph_enabled
+
+if TYPE_CHECKING:
+    from context_engine.engine import ContextEngine
+
+
+class Capabilities(Protocol):
+    """What decides whether an action can run: the engine's settings, the host's runners, the graph."""
+
+    @property
+    def engine(self) -> ContextEngine: ...
+    @property
+    def compute(self) -> Any: ...
+    @property
+    def map_reduce(self) -> Any: ...
+    @property
+    def graph_enabled(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The capabilities of a deployment as a whole (a call's are the same, see ``ToolCall``)."""
+
+    engine: ContextEngine
+    compute: Any = None
+    map_reduce: Any = None
+    graph_enabled: bool = False
 
 OFF_SENTENCES: dict[str, str] = {
     "query_meta": (
@@ -32,18 +60,18 @@ OFF_SENTENCES: dict[str, str] = {
 }
 
 
-def _has_llm(call: ToolCall) -> bool:
+def _has_llm(call: Capabilities) -> bool:
     return call.engine.config.llm is not None
 
 
-def _compute_on(call: ToolCall) -> bool:
+def _compute_on(call: Capabilities) -> bool:
     """A host runner, or the built-in worker switched on (``compute.enable_code_execution``) with a model."""
     return call.compute is not None or (call.engine.config.compute.enable_code_execution and _has_llm(call))
 
 
 #: per action that can be off: whether this call can run it. An action missing here is always on;
 #: turning one on is a check here plus its handler in ``dispatch.HANDLERS``.
-AVAILABLE: dict[str, Callable[[ToolCall], bool]] = {
+AVAILABLE: dict[str, Callable[[Capabilities], bool]] = {
     "query_meta": _has_llm,
     "compute": _compute_on,
     "map_reduce": lambda call: call.map_reduce is not None or _has_llm(call),
@@ -57,9 +85,20 @@ AVAILABLE: dict[str, Callable[[ToolCall], bool]] = {
 GRAPH_ACTIONS = frozenset({"get_neighbors", "traverse", "find_related", "community_summary"})
 
 
-def off_reason(action: str, call: ToolCall) -> str | None:
-    """The OFF sentence for ``action`` on this call, or None when it can run."""
+def off_reason(action: str, call: Capabilities) -> str | None:
+    """The OFF sentence for ``action`` on this call (or deployment), or None when it can run."""
     check = AVAILABLE.get(action)
     if check is None or check(call):
         return None
     return OFF_SENTENCES[action]
+
+
+def off_actions(capabilities: Capabilities) -> dict[str, str]:
+    """Every action that cannot run here, with the sentence it answers."""
+    return {action: sentence for action in AVAILABLE if (sentence := off_reason(action, capabilities)) is not None}
+
+
+async def graph_available(engine: ContextEngine) -> bool:
+    """Whether ``migrate --graph`` made the graph tables in this engine's database."""
+    async with (await engine.database()).connect() as conn:
+        return await graph_enabled(conn)
