@@ -451,6 +451,22 @@ class KnowledgeConfig(BaseModel):
     rate_limit_per_minute: int | None = Field(default=60, ge=1)
 
 
+class GraphConfig(BaseModel):
+    """Graph mode: the entity graph built at ``ingest(mode="graph")`` and the graph search leg.
+
+    The tables come from ``migrate --graph``. ``enabled=False`` switches the leg and the graph
+    actions off without looking at the database (``usage["graph"]["reason"] == "graph_disabled"``).
+    """
+
+    model_config = _STRICT
+
+    enabled: bool = True
+    #: the model that reads entities and relationships out of chunks; ``None`` = the ``llm`` section
+    extraction_llm: LLMConfig | None = None
+    #: one-hop neighbours the leg adds to the entities the query names
+    max_query_entities: int = Field(default=30, ge=1, le=500)
+
+
 class ContextEngineConfig(BaseSettings):
     """All settings. ``database_url=None`` starts an embedded PostgreSQL in ``storage.data_dir``."""
 
@@ -478,6 +494,8 @@ class ContextEngineConfig(BaseSettings):
     knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
     #: ``compute``: generated code over stored spreadsheets, off unless ``enable_code_execution``
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    #: graph mode (``ingest(mode="graph")``, ``search(mode="graph")``, the graph actions)
+    graph: GraphConfig = Field(default_factory=GraphConfig)
     #: general secret (redaction hash keys fall back to it, with a warning)
     secret_key: SecretStr | None = None
     #: the engine-wide redaction policy; the default has no rules and changes nothing

@@ -246,10 +246,13 @@ class ContextEngine:
             raise InvalidRequest("name must be a non-empty string")
         if mode == "graph":  # refused before anything is stored: no graph tables, or no model to extract with
             from context_engine.graph import store as graph_store
-            from context_engine.graph.errors import GraphNeedsLLM
+            from context_engine.graph.document import extraction_llm
+            from context_engine.graph.errors import GraphDisabled, GraphNeedsLLM
 
+            if not self.config.graph.enabled:
+                raise GraphDisabled()
             await graph_store.require_graph(await self._ready())
-            if self.config.llm is None:
+            if extraction_llm(self.config) is None:
                 raise GraphNeedsLLM()
         source, name = open_source(text, file, name, self.config.ingest.max_file_bytes)
         scrub = self._scrubber()
@@ -466,8 +469,14 @@ class ContextEngine:
         as_of: int | None = None,
         consistency: Consistency = "replica",
         min_revision: int | None = None,
+        mode: str | None = None,
     ) -> SearchResult:
         """Hybrid search: every registered leg (full-text, trigram, vector, ...) fused by ``fusion.method``.
+
+        ``mode``: left out, the graph leg joins when the query names an entity the caller may see;
+        ``"hybrid"`` leaves it out; ``"graph"`` asks for it and raises when this deployment has no
+        graph. ``usage["mode"]`` / ``usage["mode_used"]`` say what was asked and what ran, and
+        ``usage["graph"]["reason"]`` why (one of ``GRAPH_REASONS``).
 
         ``as_of`` searches the store as it was at that revision (``None``: the current one).
         With read replicas configured the search runs on one (``usage["read_from"]`` names the server):
@@ -484,6 +493,8 @@ class ContextEngine:
         query = _check_query(query)
         if group_by not in ("chunk", "document"):
             raise InvalidRequest('group_by must be "chunk" (passages) or "document"')
+        if mode is not None and mode not in ("auto", "hybrid", "graph"):
+            raise InvalidRequest('mode must be "hybrid" or "graph" (or left out)')
         cfg = self.config.search
         top_k = _check_top_k(top_k, cfg.max_top_documents if group_by == "document" else cfg.max_top_k)
         caller = resolve(principals)  # type: ignore[arg-type]
@@ -507,6 +518,7 @@ class ContextEngine:
                 top_k=top_k,
                 group_by=group_by,
                 compress_to_tokens=compress_to_tokens,
+                mode=mode or "auto",
             )
 
         result, server = await self.services.reading(

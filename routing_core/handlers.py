@@ -193,6 +193,7 @@ async def search(call: Call) -> CoreResponse:
         group_by=body.group_by,
         compress_to_tokens=body.compress_to_tokens,
         as_of=body.as_of,
+        mode=body.mode,
     )
     passages_only = {"documents"} if result.documents is None else None
     return CoreResponse(200, result.model_dump(mode="json", exclude=passages_only))

@@ -205,7 +205,15 @@ ROUTES: tuple[Route, ...] = (
         None,
         DeletedBody,
     ),
-    Route("POST", "/search", handlers.search, "Hybrid search under the caller's permissions", SearchBody, SearchResult),
+    Route(
+        "POST",
+        "/search",
+        handlers.search,
+        "Hybrid search under the caller's permissions",
+        SearchBody,
+        SearchResult,
+        responses=((409, "mode graph asked where there is no graph (graph_disabled, graph_not_enabled)", ErrorBody),),
+    ),
     Route(
         "GET",
         "/stats",

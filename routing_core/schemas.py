@@ -180,6 +180,13 @@ class SearchBody(BaseModel):
         json_schema_extra=_optional_int_schema(0),
         description="search the corpus as it was at this revision",
     )
+    mode: Literal["hybrid", "graph"] | None = Field(
+        default=None,
+        description=(
+            "left out: the graph leg joins when the query names an entity; hybrid: never; graph: asked for "
+            "(409 graph_disabled / graph_not_enabled when this deployment has no graph)"
+        ),
+    )
 
 
 class KnowledgeQueryBody(BaseModel):

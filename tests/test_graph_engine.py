@@ -109,7 +109,7 @@ async def test_the_leg_runs_only_for_queries_naming_an_entity(graph_engine: Cont
     await ingest(graph_engine, SUPPLY, "supply")
     await graph_engine.ingest(text="Holidays are announced in spring and autumn.", name="other")
     named = await graph_engine.search("who supplies widget-pro parts?")
-    assert named.usage["graph"]["applied"] is True and named.usage["graph"]["reason"] == "applied"
+    assert named.usage["graph"]["applied"] is True and named.usage["graph"]["reason"] == "auto"
     assert named.usage["graph"]["entities"] == ["widget pro"]
     graph_hits = [h for h in named.hits if "graph" in h.matched_by]
     assert graph_hits and all("Widget Pro" in h.chunk_text for h in graph_hits)

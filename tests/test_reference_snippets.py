@@ -77,7 +77,6 @@ def snippets() -> list[Snippet]:
 
 #: a phrase of the snippet -> (the error it raises here, why we differ)
 DIFFERS: dict[str, tuple[type[BaseException], str]] = {
-    'result.usage["mode"]': (KeyError, "a search reports no mode / mode_used yet (graph mode is chosen by config)"),
     '"llmQueryParameters"': (
         ToolConfigInvalid,
         "an http tool names its argument schema `parameters`; `llmQueryParameters` is not read yet",
@@ -195,7 +194,7 @@ async def given(database_url: str, model: FakeHTTPServer, example_api: FakeHTTPS
         "q": "annual leave",
         "user": SimpleNamespace(groups=["group:hr"]),
         "caller": ["group:hr"],
-        "result": await engine.search("annual leave", principals=["group:hr"]),
+        "result": await engine.search("annual leave", principals=["group:hr"], mode="hybrid"),
         "df": pd.DataFrame({"amount": [1.5, 2.5, 8.5]}),
         "text": "Invoice 7: total due 12.50 EUR.",
         "my_auth": my_auth,

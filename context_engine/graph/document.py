@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from context_engine.config import ContextEngineConfig, LLMConfig
 from context_engine.errors import ConfigError, NotFound
 from context_engine.graph import names, store
 from context_engine.graph.errors import GraphNeedsLLM
@@ -62,7 +63,7 @@ async def extract_document(
         raise NotFound(f"document {document_id} not found")
     if mime in TABULAR_MIMES:
         return GraphReport(document_id, "hybrid", TABULAR_REASON)
-    if services.config.llm is None:
+    if extraction_llm(services.config) is None:
         raise GraphNeedsLLM()
     community = _communities()  # before any model call: a missing extra must not cost an extraction
     chunks = list(chunks) if chunks is not None else stored
@@ -109,7 +110,7 @@ async def repair_document(services: Services, document_id: str) -> RepairReport:
     community = _communities()
     removed = await store.remove_stale(db, document_id)
     names.forget(db)
-    llm = _llm(services) if services.config.llm is not None else None
+    llm = _llm(services) if extraction_llm(services.config) is not None else None
     try:
         rebuilt = await community.rebuild(db, llm, removed.groups)
     finally:
@@ -139,5 +140,11 @@ def _communities() -> ModuleType:
 def _llm(services: Services) -> LLMClient:
     from context_engine.llm.factory import build_llm
 
-    assert services.config.llm is not None
-    return build_llm(services.config.llm, services.http_client_factory)
+    chosen = extraction_llm(services.config)
+    assert chosen is not None
+    return build_llm(chosen, services.http_client_factory)
+
+
+def extraction_llm(config: ContextEngineConfig) -> LLMConfig | None:
+    """``graph.extraction_llm``, else the ``llm`` section."""
+    return config.graph.extraction_llm or config.llm

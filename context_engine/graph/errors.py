@@ -25,7 +25,20 @@ class GraphNeedsLLM(ContextEngineError):
     status = 409
 
     def __init__(self) -> None:
-        super().__init__("graph extraction needs a language model: configure the `llm` section to ingest in graph mode")
+        super().__init__(
+            "graph extraction needs a language model: configure `graph.extraction_llm` (or the `llm` section) "
+            "to ingest in graph mode"
+        )
+
+
+class GraphDisabled(ContextEngineError):
+    """``graph.enabled`` is off: graph mode is refused by name, never quietly answered in hybrid."""
+
+    code = "graph_disabled"
+    status = 409
+
+    def __init__(self) -> None:
+        super().__init__("graph mode is switched off on this deployment (graph.enabled=false)")
 
 
 class GraphExtractionFailed(ContextEngineError):

@@ -41,6 +41,8 @@ class Search:
     queries: list[str]
     scope: ReadScope
     limit: int
+    #: ``auto``, ``hybrid`` or ``graph`` (see the graph leg)
+    mode: str = "auto"
     usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     _shared: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
@@ -123,10 +125,10 @@ class Retriever:
         config = self.services.config
         return [leg for leg in registry.legs() if weights[leg.name] > 0 and leg.applies(query, config)]
 
-    async def retrieve(self, queries: list[str], scope: ReadScope, limit: int) -> Retrieval:
+    async def retrieve(self, queries: list[str], scope: ReadScope, limit: int, mode: str = "auto") -> Retrieval:
         """Every active leg for every query, concurrently; ``limit`` candidates per (leg, query)."""
         db = await self.services.read_db()  # a read replica when the read was given one
-        search = Search(self.services, db, await self.services.reads(), list(queries), scope, limit)
+        search = Search(self.services, db, await self.services.reads(), list(queries), scope, limit, mode)
         active = [self.active(q) for q in queries]
         runs: list[tuple[str, int, Awaitable[list[tuple[int, float]]]]] = []
         names: list[str] = []

@@ -19,6 +19,7 @@ from typing import Any
 from context_engine.models import DocumentHit, Hit, SearchResult
 from context_engine.redaction.apply import Redactor
 from context_engine.retrieval import budget, registry
+from context_engine.retrieval.legs.graph import settle_mode
 from context_engine.retrieval.retriever import Retrieval, Retriever
 from context_engine.storage import repository as repo
 from context_engine.storage.predicates import ReadScope
@@ -43,6 +44,7 @@ async def search(
     top_k: int,
     group_by: str,
     compress_to_tokens: int | None = None,
+    mode: str = "auto",
 ) -> SearchResult:
     """The fused, redacted answer; inputs were validated by the engine."""
     started = time.perf_counter()
@@ -53,7 +55,7 @@ async def search(
     if group_by == "document":
         depth = max(config.search.candidates, 2 * top_k)
         while True:
-            retrieval = await retriever.retrieve([query], scope, depth)
+            retrieval = await retriever.retrieve([query], scope, depth, mode)
             results = retrieval.for_query(0)
             ranked = retriever.fuse(method, results)
             ids = [cid for cid, _ in ranked]
@@ -75,7 +77,7 @@ async def search(
         fused = [pair for _, pairs in chosen for pair in pairs[:per_document]]
     else:
         depth = max(config.search.candidates, top_k)
-        retrieval = await retriever.retrieve([query], scope, depth)
+        retrieval = await retriever.retrieve([query], scope, depth, mode)
         results = retrieval.for_query(0)
         ranked = retriever.fuse(method, results)
         fused = ranked[:top_k]
@@ -103,6 +105,7 @@ async def search(
     if compression is not None:
         usage["compression"] = compression
     usage.update(retrieval.usage)
+    settle_mode(usage, mode)
     return SearchResult(hits=hits, usage=usage, documents=documents)
 
 

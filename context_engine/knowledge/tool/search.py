@@ -15,6 +15,7 @@ from typing import Any
 
 from context_engine.knowledge.tool import reads
 from context_engine.knowledge.tool.call import Narrowed, Refusal, ToolCall
+from context_engine.knowledge.tool.off import graph_available
 from context_engine.knowledge.tool.sheets import first_columns, frame_keys, is_aggregate, sheet_names
 
 DEFAULT_TOP_K = 10
@@ -35,7 +36,8 @@ def named_file(query: str) -> str | None:
 
 async def search(call: ToolCall) -> dict[str, Any]:
     query: str = call.args["query"]
-    if call.args.get("mode") == "graph":
+    mode = call.args.get("mode")
+    if mode == "graph" and not (call.engine.config.graph.enabled and await graph_available(call.engine)):
         raise Refusal("mode graph is off: this deployment has no knowledge graph. Leave mode out to search.")
     scope = call.narrowed()
     top_k = call.args.get("top_k", DEFAULT_TOP_K)
@@ -50,6 +52,7 @@ async def search(call: ToolCall) -> dict[str, Any]:
             top_k=top_k,
             redaction=call.redaction,
             redaction_secret_key=call.secret_key,
+            mode=mode,
         )
         hits = [
             {

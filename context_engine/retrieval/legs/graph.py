@@ -5,10 +5,14 @@ key of an entity the graph knows (a pure-Python lookup in :mod:`context_engine.g
 query naming none costs no SQL. It then keeps the named entities the caller may see and scores
 the visible chunks that carry a graph signal: 1.0 per named entity a chunk mentions, 0.5 per
 relationship of a named entity read from it, 0.25 per one-hop neighbour it mentions (at most
-``MAX_HOP_ENTITIES`` neighbours). A chunk with no graph signal is never returned: the other legs
+``graph.max_query_entities`` neighbours). A chunk with no graph signal is never returned: the other legs
 already rank it. Every run reports ``usage["graph"] = {"applied", "reason", "entities", "entity_ids"}``
 for the search's first query, with ``reason`` one of :data:`GRAPH_REASONS`. A named entity the
 caller may not see reads exactly like an unknown one (``no_entities_in_query``).
+
+The search's ``mode`` decides whether the query may: left out (``auto``) the leg runs when the query
+names an entity; ``"hybrid"`` never runs it; ``"graph"`` runs it and turns what would quietly fall
+back in ``auto`` (graph switched off, no graph tables, the lookup failing) into the error itself.
 """
 
 from __future__ import annotations
@@ -16,24 +20,54 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from context_engine.graph import names
+from context_engine.graph.errors import GraphDisabled, GraphNotEnabled
 
 if TYPE_CHECKING:
     from context_engine.config import ContextEngineConfig
     from context_engine.retrieval.retriever import Search
 
-#: ``applied``: the leg ran on entities the query names; ``graph_disabled``: no graph tables
-#: (``migrate --graph`` not run); ``no_graph_documents``: the graph has no entity yet;
-#: ``no_entities_in_query``: the query names no entity this caller may see
-GRAPH_REASONS = ("applied", "graph_disabled", "no_graph_documents", "no_entities_in_query")
-MAX_HOP_ENTITIES = 30
+#: why the leg did or did not shape a search. It ran: ``auto`` (the query named an entity),
+#: ``requested`` (``mode="graph"``). It did not: ``not_requested`` (``mode="hybrid"``),
+#: ``graph_disabled`` (``graph.enabled`` off, or no graph tables), ``graph_weight_zero`` (its fusion
+#: weight is 0), ``no_graph_documents`` (the graph has no entity yet), ``no_entities_in_query`` (the
+#: query names none this caller may see), ``no_visible_graph_chunks`` (it does, but no chunk the
+#: caller may read carries a signal), ``graph_detection_failed`` (the lookup failed; ``auto`` only)
+GRAPH_REASONS = (
+    "not_requested",
+    "graph_disabled",
+    "graph_weight_zero",
+    "no_graph_documents",
+    "no_entities_in_query",
+    "graph_detection_failed",
+    "no_visible_graph_chunks",
+    "auto",
+    "requested",
+)
+#: the search modes: ``auto`` is what leaving ``mode`` out means
+MODES = ("auto", "hybrid", "graph")
 
 
 async def graph_leg(search: Search, index: int) -> tuple[list[tuple[int, float]], dict[str, Any]]:
     """Candidates for ``search.queries[index]`` and the usage report for them."""
-    known = await names.known(search.db)
+    asked = search.mode == "graph"
+    if search.mode == "hybrid":
+        return [], _report("not_requested")
+    if not search.services.config.graph.enabled:
+        if asked:
+            raise GraphDisabled()
+        return [], _report("graph_disabled")
+    try:
+        known = await names.known(search.db)
+    except DBAPIError:
+        if asked:
+            raise
+        return [], _report("graph_detection_failed")
     if not known.enabled:
+        if asked:
+            raise GraphNotEnabled()
         return [], _report("graph_disabled")
     if not known.names:
         return [], _report("no_graph_documents")
@@ -54,7 +88,8 @@ async def graph_leg(search: Search, index: int) -> tuple[list[tuple[int, float]]
         ).all()
         if not named:
             return [], _report("no_entities_in_query")
-        params = {"ids": [str(r[0]) for r in named], "hops": MAX_HOP_ENTITIES, "limit": search.limit}
+        hops = search.services.config.graph.max_query_entities
+        params = {"ids": [str(r[0]) for r in named], "hops": hops, "limit": search.limit}
         rel_scope = search.scope.predicate("rc", params)
         chunk_scope = search.scope.predicate("c", params)
         rows = (
@@ -76,12 +111,24 @@ async def graph_leg(search: Search, index: int) -> tuple[list[tuple[int, float]]
                 params,
             )
         ).all()
-    report = _report("applied", [r[1] for r in named], [str(r[0]) for r in named])
+    entities, ids = [r[1] for r in named], [str(r[0]) for r in named]
+    if not rows:
+        return [], _report("no_visible_graph_chunks", entities, ids)
+    report = _report("requested" if asked else "auto", entities, ids)
     return [(int(r[0]), float(r[1])) for r in rows], report
 
 
 def _report(reason: str, entities: list[str] | None = None, ids: list[str] | None = None) -> dict[str, Any]:
-    return {"applied": reason == "applied", "reason": reason, "entities": entities or [], "entity_ids": ids or []}
+    applied = reason in ("auto", "requested")
+    return {"applied": applied, "reason": reason, "entities": entities or [], "entity_ids": ids or []}
+
+
+def settle_mode(usage: dict[str, Any], mode: str) -> None:
+    """``usage["mode"]`` (what was asked), ``usage["mode_used"]`` (what ran) and, when the leg did not
+    run at all (its weight is 0), its report."""
+    usage.setdefault("graph", _report("not_requested" if mode == "hybrid" else "graph_weight_zero"))
+    usage["mode"] = mode
+    usage["mode_used"] = "graph" if usage["graph"]["applied"] else "hybrid"
 
 
 class GraphLeg:
