@@ -105,6 +105,11 @@ class ContextEngine:
         self._policy_key = effective_key(self._policy, None, self.config.redaction_secret_key, self.config.secret_key)
         self._ingestor = Ingestor(self.services, self._scrubber())
 
+    @property
+    def code_runner(self) -> Any:
+        """The host's code runner given to the engine (None: the built-in worker, when switched on)."""
+        return self._code_runner
+
     def with_redaction(self, policy: RedactionPolicy, *, secret_key: str | bytes | None = None) -> ContextEngine:
         """A view applying ``policy`` (and hashing with ``secret_key``) on every method.
 

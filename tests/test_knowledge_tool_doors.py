@@ -290,9 +290,10 @@ def check_discover_anonymous(answer: dict[str, Any], corpus: Corpus) -> None:
     sheet = costs["structure"]["sheets"][0]
     assert [c["name"] for c in sheet["columns"]] == ["region", "amount", "month"]
     assert [c["type"] for c in sheet["columns"]][:2] == ["text", "integer"]
-    assert sheet["rows"] == 20 and sheet["frame_key"] == "costs"
+    assert sheet["rows"] == 20 and sheet["frame_key"] == "costs.csv"  # compute's own names for its frames
     sales = by_name["sales.xlsx"]["structure"]["sheets"]
-    assert [(s["name"], s["frame_key"]) for s in sales] == [("Sales", "sales__sales"), ("Staff", "sales__staff")]
+    keyed = [(s["name"], s["frame_key"]) for s in sales]
+    assert keyed == [("Sales", "sales.xlsx:Sales"), ("Staff", "sales.xlsx:Staff")]
     assert by_name["config.json"]["structure"]["keys"] == ["service", "owner", "retries"]
     broken = by_name["broken.pdf"]
     assert broken["status"] == "failed" and broken["failure_reason"] == "extraction_failed"
@@ -347,7 +348,7 @@ def check_aggregate_refusal(answer: dict[str, Any], corpus: Corpus) -> None:
     nxt = answer["next_action"]
     assert nxt["action"] == "compute" and nxt["query"] == "what is the total amount by region?"
     # the newest sheet in scope is budget.csv (ingested after sales.xlsx)
-    assert nxt["suggestion"] == {"frame_key": "budget", "measure": "amount", "group_by": "region"}
+    assert nxt["suggestion"] == {"frame_key": "budget.csv", "measure": "amount", "group_by": "region"}
 
 
 def check_aggregate_hint(answer: dict[str, Any], corpus: Corpus) -> None:

@@ -41,11 +41,14 @@ def test_is_aggregate(question: str, aggregate: bool) -> None:
     assert is_aggregate(question) is aggregate
 
 
-def test_frame_keys_follow_one_rule_and_stay_unique() -> None:
-    keys = frame_keys([("a", "Costs 2024.csv", ["Costs 2024"]), ("b", "costs-2024.csv", ["costs-2024"]),
-                       ("c", "book.xlsx", ["Sales", "Q1 / Q2"])])
-    assert keys == {("a", "Costs 2024"): "costs_2024", ("b", "costs-2024"): "costs_2024_2",
-                    ("c", "Sales"): "book__sales", ("c", "Q1 / Q2"): "book__q1_q2"}
+def test_frame_keys_are_computes_own_names() -> None:
+    sheets = [{"id": "a", "name": "Costs 2024.csv", "sheets": [{"name": "Costs 2024"}]},
+              {"id": "b", "name": "book.xlsx", "sheets": [{"name": "Sales"}, {"name": "Q1"}]},
+              {"id": "c", "name": "old.csv", "sheets": [{"name": "old"}]}]
+    keys = frame_keys(sheets, None, max_documents=2)
+    assert keys == {("a", "Costs 2024"): "Costs 2024.csv", ("b", "Sales"): "book.xlsx:Sales",
+                    ("b", "Q1"): "book.xlsx:Q1"}  # the third is past what compute would load
+    assert frame_keys(sheets[1:2], None, max_documents=20) == {("b", "Sales"): "Sales", ("b", "Q1"): "Q1"}
     assert first_columns([{"name": "id", "type": "text"}, {"name": "n", "type": "integer"}]) == ("n", "id")
     assert first_columns([{"name": "d", "type": "date"}]) == (None, None)
 

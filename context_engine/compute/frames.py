@@ -352,13 +352,29 @@ def mask_frames(frames: dict[str, pd.DataFrame], redactor: Redactor | None) -> d
             column = copy.iloc[:, position]
             if column.dtype == object or str(column.dtype) in ("str", "string"):
                 copy.isetitem(position, column.map(_cached_mask(redactor)))
-        masked_key, n = redactor.text(str(key)) or str(key), 1
-        unique = masked_key
-        while unique in out:
-            n += 1
-            unique = f"{masked_key}#{n}"
-        out[unique] = copy
+        out[_unique_mask(str(key), redactor, out)] = copy
     return out
+
+
+def masked_keys(keys: Sequence[str], redactor: Redactor | None) -> dict[str, str]:
+    """``key -> the name the code sees`` under ``redactor``, exactly as :func:`mask_frames` names frames."""
+    if redactor is None or redactor.noop:
+        return {key: key for key in keys}
+    seen: dict[str, None] = {}
+    names = {}
+    for key in keys:
+        names[key] = unique = _unique_mask(key, redactor, seen)
+        seen[unique] = None
+    return names
+
+
+def _unique_mask(key: str, redactor: Redactor, taken: Any) -> str:
+    masked, n = redactor.text(key) or key, 1
+    unique = masked
+    while unique in taken:
+        n += 1
+        unique = f"{masked}#{n}"
+    return unique
 
 
 def _cached_mask(redactor: Redactor) -> Any:

@@ -16,7 +16,7 @@ from context_engine.knowledge.tool import paging, reads
 from context_engine.knowledge.tool.call import ToolCall
 from context_engine.knowledge.tool.off import off_reason
 from context_engine.knowledge.tool.properties import ACTION_PURPOSES, KNOWLEDGE_ACTIONS
-from context_engine.knowledge.tool.sheets import frame_keys, sheet_names
+from context_engine.knowledge.tool.sheets import frame_keys
 from context_engine.redaction.apply import Redactor
 
 DEFAULT_LIMIT = 50
@@ -47,10 +47,14 @@ async def discover(call: ToolCall) -> dict[str, Any]:
 
     red = call.redactor
     names = {doc_id: red.text(r["name"]) or "" for doc_id, r in zip(ids, rows, strict=True)}
-    keys = frame_keys(
-        (str(r["id"]), names[str(r["id"])], [red.text(s) or "" for s in sheet_names(r["meta"].get("sheets"))])
-        for r in rows
-        if r["kind"] == "spreadsheet"
+    keys = (
+        frame_keys(
+            await reads.newest_spreadsheets(db, call.principals, scope),
+            red,
+            max_documents=call.engine.config.compute.max_documents,
+        )
+        if sheet_ids
+        else {}
     )
     capped = not scope.named_documents
     documents = []
@@ -122,7 +126,7 @@ def _sheets(
             "name": name,
             "columns": [{"name": red.text(c), "type": kinds.get(c)} for c in listed],
             "rows": int(sheet.get("rows") or 0),
-            "frame_key": keys.get((doc_id, name)),
+            "frame_key": keys.get((doc_id, raw_name)),
         }
         if more_columns:
             entry["more_columns"] = more_columns

@@ -65,8 +65,10 @@ def _has_llm(call: Capabilities) -> bool:
 
 
 def _compute_on(call: Capabilities) -> bool:
-    """A host runner, or the built-in worker switched on (``compute.enable_code_execution``) with a model."""
-    return call.compute is not None or (call.engine.config.compute.enable_code_execution and _has_llm(call))
+    """A host runner, or a model plus somewhere to run its code: the engine's ``code_runner`` or the
+    built-in worker switched on (``compute.enable_code_execution``)."""
+    runs_code = call.engine.code_runner is not None or call.engine.config.compute.enable_code_execution
+    return call.compute is not None or (runs_code and _has_llm(call))
 
 
 #: per action that can be off: whether this call can run it. An action missing here is always on;

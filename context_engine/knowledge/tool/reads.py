@@ -159,12 +159,12 @@ async def kinds_in_scope(db: AsyncEngine, principals: tuple[str, ...] | None, sc
 async def newest_spreadsheets(
     db: AsyncEngine, principals: tuple[str, ...] | None, scope: Narrowed
 ) -> list[dict[str, Any]]:
-    """Every visible spreadsheet in scope, newest first (name and sheet metadata only)."""
+    """Every visible stored spreadsheet in scope, newest first as compute orders them (name and sheets)."""
     params: dict[str, Any] = {}
     sql = (
         "SELECT d.id, d.name, d.created_at, d.meta->'sheets' AS sheets FROM ce_documents d "
         f"WHERE {_documents(params, principals, scope)} AND d.mime = ANY(CAST(:sheet_mimes AS text[])) "
-        "ORDER BY d.updated_at DESC, d.id"
+        "AND d.status = 'completed' ORDER BY d.updated_at DESC, d.id"
     )
     return await _rows(db, sql, params)
 

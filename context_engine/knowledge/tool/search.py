@@ -98,18 +98,14 @@ async def compute_suggestion(call: ToolCall, scope: Narrowed) -> dict[str, Any]:
         return {"frame_key": None, "measure": None, "group_by": None}
     red = call.redactor
     newest = sheets[0]
-    listing = sorted(sheets, key=lambda r: (r["created_at"], str(r["id"])))
-    keys = frame_keys(
-        (str(r["id"]), red.text(r["name"]) or "", [red.text(s) or "" for s in sheet_names(r["sheets"])])
-        for r in listing
-    )
+    keys = frame_keys(sheets, red, max_documents=call.engine.config.compute.max_documents)
     names = sheet_names(newest["sheets"])
     if not names:
         return {"frame_key": None, "measure": None, "group_by": None}
     columns = await reads.sheet_columns(db, call.principals, scope, [str(newest["id"])])
     measure, group_by = first_columns(columns.get(str(newest["id"]), {}).get(names[0], []))
     return {
-        "frame_key": keys.get((str(newest["id"]), red.text(names[0]) or "")),
+        "frame_key": keys.get((str(newest["id"]), names[0])),
         "measure": red.text(measure),
         "group_by": red.text(group_by),
     }

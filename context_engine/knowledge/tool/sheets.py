@@ -1,18 +1,20 @@
 """Spreadsheet vocabulary: the ``frame_key`` each sheet gets, and the aggregate-question test.
 
-``frame_key`` is the name a sheet's dataframe goes by in ``compute``, over the documents one call
-lists: the file name's stem (and the sheet's name when a workbook has several sheets), lower-cased,
-with every run of other characters made one ``_``; a name already taken in that call gets ``_2``,
-``_3``... in listing order. ``discover`` and the aggregate refusal both use this one rule.
+``frame_key`` is the name a sheet's dataframe goes by in ``compute``: compute's own rule
+(:func:`context_engine.compute.frames.assign_keys`, then masked as compute masks it) applied to the
+set compute would load for the same scope (the newest ``compute.max_documents`` spreadsheets), so
+the name ``discover`` and the aggregate refusal hand the model is the name its code will find.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
-_NON_WORD = re.compile(r"[^a-z0-9]+")
+from context_engine.compute.frames import SheetRef, assign_keys, masked_keys
+from context_engine.redaction.apply import Redactor
+
 _NUMERIC = frozenset({"integer", "number"})
 _AGGREGATE = re.compile(
     r"\b(total|totals|sum|sums|summed|average|averages|avg|mean|median|count|counts|how many|how much in total|"
@@ -28,29 +30,19 @@ def is_aggregate(question: str) -> bool:
     return _AGGREGATE.search(question) is not None
 
 
-def _slug(value: str) -> str:
-    return _NON_WORD.sub("_", value.lower()).strip("_") or "sheet"
-
-
-def _stem(name: str) -> str:
-    base = name.rsplit("/", 1)[-1]
-    return base.rsplit(".", 1)[0] if "." in base else base
-
-
-def frame_keys(documents: Iterable[tuple[str, str, list[str]]]) -> dict[tuple[str, str], str]:
-    """``(document_id, sheet) -> frame_key`` for ``(document_id, document_name, sheet_names)`` in order."""
-    keys: dict[tuple[str, str], str] = {}
-    taken: set[str] = set()
-    for doc_id, name, sheets in documents:
-        for sheet in sheets:
-            base = _slug(_stem(name)) if len(sheets) == 1 else f"{_slug(_stem(name))}__{_slug(sheet)}"
-            key, n = base, 1
-            while key in taken:
-                n += 1
-                key = f"{base}_{n}"
-            taken.add(key)
-            keys[(doc_id, sheet)] = key
-    return keys
+def frame_keys(
+    spreadsheets: Sequence[dict[str, Any]], redactor: Redactor | None, *, max_documents: int
+) -> dict[tuple[str, str], str]:
+    """``(document_id, raw sheet name) -> frame_key`` for ``spreadsheets`` (rows of ``id``, ``name`` and
+    ``sheets``, newest first, as compute orders them); sheets compute would not load get none."""
+    refs = [
+        SheetRef(str(row["id"]), str(row["name"]), sheet)
+        for row in spreadsheets[:max_documents]
+        for sheet in sheet_names(row.get("sheets"))
+    ]
+    ordered = assign_keys(refs)
+    shown = masked_keys([ref.key for ref in ordered], redactor)
+    return {(ref.document_id, ref.sheet): shown[ref.key] for ref in ordered}
 
 
 def sheet_names(meta_sheets: Any) -> list[str]:
