@@ -33,6 +33,7 @@ from context_engine.tools.errors import (
     ToolArgumentsInvalid,
     ToolExecutionFailed,
     ToolNotFound,
+    ToolRoleRefused,
 )
 from context_engine.tools.errortext import masked_error_text
 from context_engine.tools.functions import FunctionRegistry, FunctionTool
@@ -48,6 +49,7 @@ _OUTCOMES = {
     AmbiguousToolError: "ambiguous",
     ToolArgumentsInvalid: "invalid_arguments",
     EgressRefused: "refused",
+    ToolRoleRefused: "refused",
 }
 
 
