@@ -1,8 +1,10 @@
 """http tools: one request per call, arguments checked against the tool's schema, egress guarded.
 
-GET and DELETE send the arguments as query parameters; POST, PUT, PATCH and
-QUERY send them as a JSON body. Redirects are never followed, a plain-http connection goes to the
-address the egress check approved, and the response body is read up to a cap.
+GET and DELETE send the arguments as query parameters; POST, PUT, PATCH and QUERY send them as a
+JSON body. No argument may share a name with a query parameter or header the config fixes
+(``fixed_parameter_override``, 400): the operator's values always go as configured. Redirects are
+never followed, a plain-http connection goes to the address the egress check approved, and the
+response body is read up to a cap.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from typing import Any
 import httpx
 
 from context_engine.tools.egress import EgressPolicy, Resolver, checked_address, pinned
-from context_engine.tools.errors import EgressRefused, ToolConfigInvalid, ToolExecutionFailed, ToolTimeout
+from context_engine.tools.errors import (
+    EgressRefused,
+    FixedParameterOverride,
+    ToolConfigInvalid,
+    ToolExecutionFailed,
+    ToolTimeout,
+)
 from context_engine.tools.schema import checked_schema, validate_arguments
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "QUERY")
@@ -61,7 +69,35 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     hosts = config.get("allowed_hosts", [])
     if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
         raise ToolConfigInvalid("http tool allowed_hosts must be a list of host names")
-    return checked_schema(config.get("parameters"))
+    schema = checked_schema(config.get("parameters"))
+    properties = schema.get("properties")
+    fixed = fixed_names(config)
+    for name in properties if isinstance(properties, dict) else ():
+        if str(name).lower() in fixed:
+            raise ToolConfigInvalid(
+                f"http tool parameter {name!r} is also a {fixed[str(name).lower()]} the config fixes; rename one"
+            )
+    return schema
+
+
+def fixed_names(config: dict[str, Any]) -> dict[str, str]:
+    """The names the operator fixed, lower-cased, each with what it is: the url's own query
+    parameters, the ``query`` section's and the headers."""
+    fixed = {name.lower(): "header" for name in config.get("headers") or {}}
+    fixed.update({name.lower(): "query parameter" for name in httpx.URL(config["url"]).params})
+    fixed.update({name.lower(): "query parameter" for name in config.get("query") or {}})
+    return fixed
+
+
+def check_arguments(config: dict[str, Any], arguments: dict[str, Any]) -> None:
+    """Refuse a call argument named like a fixed query parameter or header (case-insensitively,
+    as some servers read names): it would replace the operator's value (``api_key``, ``tenant_id``)
+    in the query string, or compete with it on a server that merges query, body and headers."""
+    fixed = fixed_names(config)
+    for name in arguments:
+        where = fixed.get(str(name).lower())
+        if where is not None:
+            raise FixedParameterOverride(str(name), where)
 
 
 async def call(
@@ -73,6 +109,7 @@ async def call(
 ) -> dict[str, Any]:
     """Send the request and return ``{"status_code", "data"}`` (JSON when the body is JSON)."""
     validate_arguments(checked_schema(config.get("parameters")), arguments)
+    check_arguments(config, arguments)
     method = str(config.get("method", "GET")).upper()
     url = httpx.URL(config["url"])
     params = dict(config.get("query") or {})
