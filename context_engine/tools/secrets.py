@@ -162,14 +162,19 @@ def _scrubbing_factory(previous: Callable[..., logging.LogRecord]) -> Callable[.
 
 
 def _scrub_record(record: logging.LogRecord, secrets: list[str]) -> None:
+    """Rewrite only what carries a secret, so other records keep their message template and args."""
     try:
         message = record.getMessage()
     except Exception:  # a malformed call (its arguments do not fit): the bare message is kept
         message = str(record.msg)
-    record.msg, record.args = scrub(message, secrets), None
+    cleaned = scrub(message, secrets)
+    if cleaned != message:
+        record.msg, record.args = cleaned, None
     if record.exc_info:
         text = logging.Formatter().formatException(record.exc_info)
-        record.exc_info, record.exc_text = None, scrub(text, secrets)
+        cleaned = scrub(text, secrets)
+        if cleaned != text:
+            record.exc_info, record.exc_text = None, cleaned
     elif record.exc_text:
         record.exc_text = scrub(record.exc_text, secrets)
     if record.stack_info:
