@@ -160,6 +160,24 @@ async def test_a_cast_error_names_its_sqlstate_never_the_rows_text(
     assert HIDDEN not in audit and HIDDEN not in events
 
 
+async def test_a_syntax_error_says_where_in_the_statement_and_nothing_more(
+    tools_engine: ContextEngine, database_url: str, roles: list[str], orders: None
+) -> None:
+    url = reader(database_url, roles, "GRANT SELECT ON orders TO {role}")
+    await tools_engine.register_tool(db_tool(url))
+    expected = {
+        "SELEC note FROM orders": "the statement is not valid SQL, or is more than one statement at character 1",
+        "SELECT nope FROM orders": "the statement names a column that does not exist at character 8",
+        "SELECT 1; SELECT note FROM orders": "the statement is not valid SQL, or is more than one statement",
+    }
+    got = {}
+    for statement in expected:
+        with pytest.raises(ToolExecutionFailed) as caught:
+            await tools_engine.execute_tool("db_sales", {"query": statement}, principals=[])
+        got[statement] = caught.value.message.rsplit(" (SQLSTATE", 1)[0]
+    assert got == expected
+
+
 async def test_a_grant_after_registration_refuses_every_later_call_before_it_runs(
     tools_engine: ContextEngine, database_url: str, roles: list[str], tmp_path: Path
 ) -> None:

@@ -151,6 +151,10 @@ def statement_failure(exc: psycopg.Error) -> str:
         except KeyError:
             condition = "error"
         sentence = f"the statement failed: {condition}"
+    # where a parse-time error sits in the statement (the caller's own text, never row data)
+    position = getattr(getattr(exc, "diag", None), "statement_position", None)
+    if state.startswith("42") and position and str(position).isdigit():
+        sentence += f" at character {position}"
     return f"{sentence} (SQLSTATE {state})"
 
 
