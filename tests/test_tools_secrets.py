@@ -173,6 +173,10 @@ async def test_a_plain_text_echo_is_scrubbed_too(database_url: str, hook_log: Ho
         ("GET", {"x-api-key": "override"}, "x-api-key"),
         ("POST", {"api_key": "override"}, "api_key"),
         ("DELETE", {"city": "Oslo", "Api_Key": "override"}, "Api_Key"),
+        ("GET", {"api.key": "override"}, "api.key"),
+        ("GET", {"api key": "override"}, "api key"),
+        ("GET", {"api_key[]": "override"}, "api_key[]"),
+        ("GET", {"X_API_KEY": "override"}, "X_API_KEY"),
     ],
 )
 async def test_a_call_argument_cannot_override_a_fixed_parameter(

@@ -10,6 +10,7 @@ response body is read up to a cap.
 from __future__ import annotations
 
 import json
+import re
 import ssl
 from collections.abc import Callable
 from functools import lru_cache
@@ -73,29 +74,36 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     properties = schema.get("properties")
     fixed = fixed_names(config)
     for name in properties if isinstance(properties, dict) else ():
-        if str(name).lower() in fixed:
+        if _normal(str(name)) in fixed:
             raise ToolConfigInvalid(
-                f"http tool parameter {name!r} is also a {fixed[str(name).lower()]} the config fixes; rename one"
+                f"http tool parameter {name!r} is also a {fixed[_normal(str(name))]} the config fixes; rename one"
             )
     return schema
 
 
 def fixed_names(config: dict[str, Any]) -> dict[str, str]:
-    """The names the operator fixed, lower-cased, each with what it is: the url's own query
-    parameters, the ``query`` section's and the headers."""
-    fixed = {name.lower(): "header" for name in config.get("headers") or {}}
-    fixed.update({name.lower(): "query parameter" for name in httpx.URL(config["url"]).params})
-    fixed.update({name.lower(): "query parameter" for name in config.get("query") or {}})
+    """The names the operator fixed (normalised, see ``_normal``), each with what it is: the url's
+    own query parameters, the ``query`` section's and the headers."""
+    fixed = {_normal(name): "header" for name in config.get("headers") or {}}
+    fixed.update({_normal(name): "query parameter" for name in httpx.URL(config["url"]).params})
+    fixed.update({_normal(name): "query parameter" for name in config.get("query") or {}})
     return fixed
 
 
+def _normal(name: str) -> str:
+    """A parameter name as a lenient server may read it: case folded, an ``[...]`` suffix cut,
+    and ``.``, ``-`` and spaces read as ``_`` (PHP turns ``api.key`` and ``api key`` into ``api_key``)."""
+    return re.sub(r"[.\s-]", "_", name.split("[", 1)[0].strip().lower())
+
+
 def check_arguments(config: dict[str, Any], arguments: dict[str, Any]) -> None:
-    """Refuse a call argument named like a fixed query parameter or header (case-insensitively,
-    as some servers read names): it would replace the operator's value (``api_key``, ``tenant_id``)
-    in the query string, or compete with it on a server that merges query, body and headers."""
+    """Refuse a call argument named like a fixed query parameter or header (however a lenient
+    server would read the name): it would replace the operator's value (``api_key``,
+    ``tenant_id``) in the query string, or compete with it on a server that merges query, body and
+    headers."""
     fixed = fixed_names(config)
     for name in arguments:
-        where = fixed.get(str(name).lower())
+        where = fixed.get(_normal(str(name)))
         if where is not None:
             raise FixedParameterOverride(str(name), where)
 
