@@ -1,6 +1,6 @@
 """db tools against a second database on the embedded server, reached with a read-only role:
-rows and caps, bound parameters, writes and long statements refused, and a failure's text stripped
-and masked identically for the caller, the audit row and the hook."""
+rows and caps, bound parameters, writes and long statements refused, and a failure told by a fixed
+sentence and its SQLSTATE, masked identically for the caller, the audit row and the hook."""
 
 from __future__ import annotations
 
@@ -19,23 +19,19 @@ from context_engine.tools import ToolArgumentsInvalid, ToolConfig, ToolExecution
 from context_engine.tools.errors import ToolTimeout
 from context_engine.tools.errortext import WITHHELD
 from tests.conftest import make_config
-from tests.tools_support import SECRET_KEY, HookLog, other_database, table_rows
+from tests.tools_support import SECRET_KEY, HookLog, as_user, other_database, table_rows
 
 PASSWORD = "pw-readonly-3c9d81f0ab"
-
-
-def _as_user(url: str, user: str, password: str) -> str:
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://{user}:{password}@{rest.split('@', 1)[1]}"
 
 
 @pytest.fixture
 def sales_db(pg_base_url: str) -> Iterator[dict[str, str]]:
     """A second database with an ``orders`` table, a read-only role, and a raising function."""
-    name, role = f"sales_{uuid.uuid4().hex[:10]}", f"ro_{uuid.uuid4().hex[:10]}"
+    name, role, writer = f"sales_{uuid.uuid4().hex[:10]}", f"ro_{uuid.uuid4().hex[:10]}", f"rw_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(pg_base_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
         conn.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{PASSWORD}'")
+        conn.execute(f"CREATE ROLE \"{writer}\" LOGIN PASSWORD '{PASSWORD}'")
     admin = other_database(pg_base_url, name)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute("CREATE TABLE orders (id int PRIMARY KEY, customer text, note text, total numeric)")
@@ -52,12 +48,21 @@ def sales_db(pg_base_url: str) -> Iterator[dict[str, str]]:
         conn.execute(f'GRANT USAGE ON SCHEMA public TO "{role}"')
         conn.execute(f'GRANT SELECT ON orders TO "{role}"')
         conn.execute(f'GRANT EXECUTE ON FUNCTION lookup_fails(text) TO "{role}"')
+        # a role that may write the user's table (and create in the schema), yet is no superuser
+        conn.execute(f'GRANT CONNECT ON DATABASE "{name}" TO "{writer}"')
+        conn.execute(f'GRANT USAGE, CREATE ON SCHEMA public TO "{writer}"')
+        conn.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON orders TO "{writer}"')
     try:
-        yield {"readonly": _as_user(admin, role, PASSWORD), "admin": admin}
+        yield {
+            "readonly": as_user(admin, role, PASSWORD),
+            "writer": as_user(admin, writer, PASSWORD),
+            "admin": admin,
+        }
     finally:
         with psycopg.connect(pg_base_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+            conn.execute(f'DROP ROLE IF EXISTS "{writer}"')
 
 
 @pytest.fixture
@@ -137,10 +142,10 @@ async def test_writes_are_refused_even_for_a_role_that_could_write(
     engine_with_email_masking: ContextEngine, sales_db: dict, database_url: str, statement: str
 ) -> None:
     eng = engine_with_email_masking
-    # the admin role may write: only the read-only transaction and the single statement stop it
-    await eng.register_tool(db_tool("admin", sales_db["admin"]))
+    # the writer role may write: only the read-only transaction and the single statement stop it
+    await eng.register_tool(db_tool("writer", sales_db["writer"]))
     await eng.register_tool(db_tool("ro", sales_db["readonly"]))
-    for name in ("db_admin", "db_ro"):
+    for name in ("db_writer", "db_ro"):
         with pytest.raises(ToolExecutionFailed) as caught:
             await eng.execute_tool(name, {"query": statement}, principals=[])
         assert caught.value.status == 502
@@ -149,14 +154,16 @@ async def test_writes_are_refused_even_for_a_role_that_could_write(
     assert [r["outcome"] for r in outcomes] == ["error", "error"]
 
 
-async def test_a_write_on_the_admin_role_is_refused_by_the_read_only_transaction(
+async def test_a_write_on_the_writer_role_is_refused_by_the_read_only_transaction(
     engine_with_email_masking: ContextEngine, sales_db: dict
 ) -> None:
     eng = engine_with_email_masking
-    await eng.register_tool(db_tool("admin", sales_db["admin"]))
+    await eng.register_tool(db_tool("writer", sales_db["writer"]))
     with pytest.raises(ToolExecutionFailed) as caught:
-        await eng.execute_tool("db_admin", {"query": "DELETE FROM orders"}, principals=[])
-    assert caught.value.code == "write_refused" and "read-only transaction" in caught.value.message
+        await eng.execute_tool("db_writer", {"query": "DELETE FROM orders"}, principals=[])
+    assert caught.value.code == "write_refused"
+    sentence = "the statement tried to write; db tools run in a read-only transaction"
+    assert caught.value.message == f"{sentence} (SQLSTATE 25006)"
 
 
 async def test_a_long_statement_is_cancelled(engine_with_email_masking: ContextEngine, sales_db: dict) -> None:
@@ -167,7 +174,7 @@ async def test_a_long_statement_is_cancelled(engine_with_email_masking: ContextE
     assert caught.value.status == 504 and caught.value.code == "tool_timeout"
 
 
-async def test_failure_text_is_stripped_then_masked_identically_everywhere(
+async def test_failure_text_is_a_fixed_sentence_masked_identically_everywhere(
     engine_with_email_masking: ContextEngine, sales_db: dict, database_url: str, hook_log: HookLog
 ) -> None:
     eng = engine_with_email_masking
@@ -176,7 +183,8 @@ async def test_failure_text_is_stripped_then_masked_identically_everywhere(
     with pytest.raises(ToolExecutionFailed) as caught:
         await eng.execute_tool("db_sales", {"query": statement}, principals=[])
     message = caught.value.message
-    assert message == "lookup failed for [EMAIL] (SQLSTATE P0001)"
+    # the function's own text quotes its argument (a row value, in general): only its SQLSTATE leaves
+    assert message == "the statement failed: raise_exception (SQLSTATE P0001)"
     audit = table_rows(database_url, "SELECT error_message, arguments FROM ce_tool_calls")
     assert audit[0]["error_message"] == message
     assert hook_log.events[-1].error_message == message
@@ -188,7 +196,7 @@ async def test_when_masking_fails_every_surface_gets_the_withheld_sentence(
     database_url: str, sales_db: dict, hook_log: HookLog
 ) -> None:
     def fragile(text: str) -> list[tuple[int, int]]:
-        if "lookup failed" in text:
+        if "raise_exception" in text:
             raise RuntimeError("detector broke")
         return []
 
@@ -207,11 +215,20 @@ async def test_an_unreachable_database_names_nothing_of_its_url(
     engine_with_email_masking: ContextEngine, sales_db: dict, database_url: str
 ) -> None:
     eng = engine_with_email_masking
-    missing = sales_db["readonly"].rsplit("/", 1)[0] + "/no_such_database_x"
-    await eng.register_tool(db_tool("gone", missing))
-    with pytest.raises(ToolExecutionFailed) as caught:
-        await eng.execute_tool("db_gone", {"query": "SELECT 1"}, principals=[])
-    assert caught.value.code == "tool_unavailable"
+    head, _, query = sales_db["readonly"].partition("?")
+    missing = head.rsplit("/", 1)[0] + "/no_such_database_x" + (f"?{query}" if query else "")
+    with pytest.raises(ToolExecutionFailed) as at_registration:
+        await eng.register_tool(db_tool("gone", missing))
+    # registered while reachable, then the role loses CONNECT: the call cannot reach it either
+    await eng.register_tool(db_tool("sales", sales_db["readonly"]))
+    name = sales_db["admin"].partition("?")[0].rsplit("/", 1)[1]
+    role = sales_db["readonly"].split("://", 1)[1].split(":", 1)[0]
+    with psycopg.connect(sales_db["admin"], autocommit=True) as conn:
+        conn.execute(f'REVOKE CONNECT ON DATABASE "{name}" FROM PUBLIC, "{role}"')
+    with pytest.raises(ToolExecutionFailed) as at_call:
+        await eng.execute_tool("db_sales", {"query": "SELECT 1"}, principals=[])
     audit = json.dumps(table_rows(database_url, "SELECT * FROM ce_tool_calls"), default=str)
-    for text in (caught.value.message, audit):
-        assert PASSWORD not in text and "no_such_database_x" not in text
+    for caught in (at_registration, at_call):
+        assert caught.value.code == "tool_unavailable"
+    for text in (at_registration.value.message, at_call.value.message, audit):
+        assert PASSWORD not in text and "no_such_database_x" not in text and name not in text

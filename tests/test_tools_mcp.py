@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import socket
@@ -9,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 import uvicorn
@@ -24,6 +26,7 @@ hook_log = tools_support.hook_log  # a shared fixture
 tools_engine = tools_support.tools_engine  # a shared fixture
 
 TOKEN = "Bearer mcp-secret-71c0de55aa"
+API_KEY = 'mk+ABC/def=ghi&j k"q'
 
 
 class HeaderLog:
@@ -52,6 +55,17 @@ def build_server() -> MCPServer:
     def refuse(sku: str) -> str:
         """Always reports an error, naming the SKU and a quoted value."""
         raise ToolError(f"no record for sku {sku} (key 'internal-{sku}')")
+
+    @server.tool()
+    def revoked(sku: str) -> str:
+        """Reports the caller's key as revoked, spelling it as a careless server might."""
+        spelled = [
+            quote_plus(API_KEY),
+            quote(API_KEY, safe=""),
+            json.dumps(API_KEY),
+            base64.b64encode(API_KEY.encode()).decode(),
+        ]
+        raise ToolError(f"key revoked: {' / '.join(spelled)}")
 
     return server
 
@@ -118,6 +132,24 @@ async def test_a_remote_error_is_a_reduced_tool_failure(
     assert caught.value.message.startswith("the remote tool reported an error: ")
     row = table_rows(database_url, "SELECT outcome, error_message FROM ce_tool_calls")[0]
     assert row == {"outcome": "error", "error_message": caught.value.message}
+
+
+async def test_a_remote_error_spelling_a_secret_in_any_encoding_is_scrubbed(
+    tools_engine: ContextEngine, mcp_server: tuple[str, HeaderLog], database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    url, _ = mcp_server
+    await tools_engine.register_tool(mcp_tool(url, "revoked", headers={"X-Api-Key": API_KEY}))
+    with pytest.raises(ToolExecutionFailed) as caught:
+        await tools_engine.execute_tool("mcp_revoked", {"sku": "x1"}, principals=[])
+    assert caught.value.message.endswith('key revoked: [secret] / [secret] / "[secret]" / [secret]')
+    spelled = {API_KEY, quote_plus(API_KEY), quote(API_KEY, safe=""), json.dumps(API_KEY)[1:-1]}
+    spelled.add(base64.b64encode(API_KEY.encode()).decode())
+    audit = json.dumps(table_rows(database_url, "SELECT * FROM ce_tool_calls"), default=str)
+    # the fake remote server logs the key itself, in its own thread: those records are not ours
+    ours = [r.getMessage() for r in caplog.records if not r.name.startswith(("mcp.server", "uvicorn"))]
+    for text in (caught.value.message, audit, *ours):
+        assert not [form for form in spelled if form in text], text
 
 
 async def test_schema_and_egress_are_checked_before_connecting(

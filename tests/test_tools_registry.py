@@ -25,6 +25,7 @@ from tests.tools_support import SECRET_KEY, table_rows
 
 hook_log = tools_support.hook_log  # a shared fixture
 tools_engine = tools_support.tools_engine  # a shared fixture
+reader_url = tools_support.reader_url  # a shared fixture: a least-privilege role db tools may use
 
 TOKEN = "Bearer tok-registry-0b5e9c1d7a"
 
@@ -140,19 +141,17 @@ async def test_invisible_and_missing_tools_read_the_same(tools_engine: ContextEn
     assert len(await tools_engine.list_tools(principals=["group:ops"])) == 1
 
 
-async def test_search_filters_and_with_query_ranks_and_excludes(tools_engine: ContextEngine) -> None:
+async def test_search_filters_and_with_query_ranks_and_excludes(tools_engine: ContextEngine, reader_url: str) -> None:
     await tools_engine.register_tool(weather("https://example.com/w"))
     await tools_engine.register_tool(
-        ToolConfig(
-            name="sales", kind="db", description="Orders and revenue", config={"database_url": "postgresql://h/d"}
-        )
+        ToolConfig(name="sales", kind="db", description="Orders and revenue", config={"database_url": reader_url})
     )
     await tools_engine.register_tool(
         ToolConfig(
             name="stock",
             kind="db",
             description="Warehouse stock levels",
-            config={"database_url": "postgresql://h/d"},
+            config={"database_url": reader_url},
             requires_approval=True,
         )
     )
@@ -182,10 +181,10 @@ async def test_search_filters_and_with_query_ranks_and_excludes(tools_engine: Co
     assert len(await tools_engine.list_tools(principals=caller)) == 4
 
 
-async def test_paging_with_a_cursor_bound_to_query_and_filters(tools_engine: ContextEngine) -> None:
+async def test_paging_with_a_cursor_bound_to_query_and_filters(tools_engine: ContextEngine, reader_url: str) -> None:
     for i in range(5):
         await tools_engine.register_tool(
-            ToolConfig(name=f"report{i}", kind="db", description="report", config={"database_url": "postgresql://h/d"})
+            ToolConfig(name=f"report{i}", kind="db", description="report", config={"database_url": reader_url})
         )
     first = await tools_engine.search_tools("", principals=[], kind="db", limit=2)
     assert len(first) == 2 and first.next_cursor
@@ -242,9 +241,11 @@ async def test_a_function_tool_needs_a_usable_name_and_named_parameters(tools_en
     assert entry["name"] == "fn_double"
 
 
-async def test_a_tool_may_be_given_as_a_dict_and_bad_fields_are_named(tools_engine: ContextEngine) -> None:
+async def test_a_tool_may_be_given_as_a_dict_and_bad_fields_are_named(
+    tools_engine: ContextEngine, reader_url: str
+) -> None:
     entry = await tools_engine.register_tool(
-        {"name": "sales", "kind": "db", "config": {"database_url": "postgresql://h/d"}, "acl": ["g"]}
+        {"name": "sales", "kind": "db", "config": {"database_url": reader_url}, "acl": ["g"]}
     )
     assert entry["name"] == "db_sales" and entry["acl"] == ["g"]
     for bad, field in (

@@ -95,3 +95,29 @@ def test_the_tool_routes(transcripts: dict[str, dict[str, Any]]) -> None:
         assert t["replayed"].status == 202  # single use: the same call asks again
     statuses = {a: {k: r.status for k, r in t.items()} for a, t in transcripts.items()}
     assert statuses["fastapi"] == statuses["flask"] == statuses["django"]
+
+
+def test_a_fixed_parameter_override_is_the_same_400_through_every_adapter(pg_base_url: str) -> None:
+    from tests.fakes import FakeHTTPServer, json_reply
+
+    answers: dict[str, Any] = {}
+    with FakeHTTPServer() as server, fresh_database(pg_base_url) as url:
+        server.route("GET", "/w", json_reply(200, {"ok": True}))
+        engine = ContextEngine(make_config(url, secret_key=SECRET))
+        config = {"url": server.url("/w"), "query": {"tenant_id": "acme-7f3"}, "allowed_hosts": ["127.0.0.1"]}
+        _run(engine.register_tool({"name": "w", "kind": "http", "config": config}))
+        auth, principals = host_callables(HostLog())
+        for adapter in ADAPTERS:
+            with CLIENTS[adapter](engine, auth, principals) as send:
+                call = Caller(send)
+                answers[adapter] = call(
+                    "POST", "/tools/execute", json_body={"name": "http_w", "arguments": {"Tenant_ID": "other"}}
+                )
+                answers[adapter + "_ok"] = call("POST", "/tools/execute", json_body={"name": "http_w", "arguments": {}})
+        assert [r.query["tenant_id"] for r in server.requests] == ["acme-7f3"] * 3
+    for adapter in ADAPTERS:
+        refused = answers[adapter]
+        assert refused.status == 400 and refused.body["error"]["code"] == "fixed_parameter_override", adapter
+        assert "'Tenant_ID'" in refused.body["error"]["message"] and "acme-7f3" not in json.dumps(refused.body)
+        assert answers[adapter + "_ok"].status == 200
+    assert answers["fastapi"].body == answers["flask"].body == answers["django"].body

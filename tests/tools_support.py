@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psycopg
@@ -49,3 +50,46 @@ def other_database(url: str, name: str) -> str:
     """``url`` pointing at database ``name`` on the same server (socket-directory URLs included)."""
     head, _, query = url.partition("?")
     return f"{head.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
+
+
+def as_user(url: str, user: str, password: str) -> str:
+    """``url`` logging in as ``user`` with ``password`` (same server, same database)."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{user}:{password}@{rest.split('@', 1)[1]}"
+
+
+READER_PASSWORD = "pw-reader-7d2e90c4b1"
+
+
+def create_reader(database_url: str, *grants: str) -> tuple[str, str]:
+    """A new least-privilege login role on ``database_url``'s database (CONNECT, USAGE on public,
+    then each of ``grants`` run with ``{role}`` filled in): its name and its URL."""
+    role = f"reader_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{READER_PASSWORD}'")
+        conn.execute(f'GRANT CONNECT ON DATABASE "{database_name(database_url)}" TO "{role}"')
+        conn.execute(f'GRANT USAGE ON SCHEMA public TO "{role}"')
+        for grant in grants:
+            conn.execute(grant.format(role=f'"{role}"'))
+    return role, as_user(database_url, role, READER_PASSWORD)
+
+
+def drop_role(database_url: str, role: str) -> None:
+    """Drop ``role`` after revoking what it holds here (the database's own grants included)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'DROP OWNED BY "{role}"')
+        conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def database_name(url: str) -> str:
+    return url.partition("?")[0].rsplit("/", 1)[1]
+
+
+@pytest.fixture
+def reader_url(database_url: str) -> Iterator[str]:
+    """A least-privilege role on the engine's own database (the embedded default's shape)."""
+    role, url = create_reader(database_url)
+    try:
+        yield url
+    finally:
+        drop_role(database_url, role)

@@ -1,8 +1,9 @@
-"""``context-engine tools add|list|delete``: operators manage stored tools.
+"""``context-engine tools add|list|delete|reader-role``: operators manage stored tools.
 
 A tool's config (its URL, headers, credentials) is read from a JSON file (or ``-`` for stdin),
 never from a command-line argument, so secrets stay out of shell history and process listings.
-The config is encrypted under ``CE_SECRET_KEY`` as with ``register_tool``.
+The config is encrypted under ``CE_SECRET_KEY`` as with ``register_tool``. ``reader-role``
+creates the least-privilege role a db tool must connect as.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ from context_engine.principals import TRUSTED
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``tools`` (with ``add``, ``list`` and ``delete``) to the CLI's subcommands."""
+    """Add ``tools`` (with ``add``, ``list``, ``delete`` and ``reader-role``) to the CLI's subcommands."""
     tools = subparsers.add_parser("tools", help="register, list and delete governed tools (http, db, mcp)")
     actions = tools.add_subparsers(dest="tools_command", metavar="ACTION")
 
@@ -46,6 +49,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     delete = actions.add_parser("delete", help="delete a stored tool by its tool_id")
     delete.add_argument("tool_id")
     delete.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
+
+    reader = actions.add_parser(
+        "reader-role",
+        help="create the least-privilege login role a db tool connects as, and print its database_url",
+        description="Create a login role that may only read the chosen tables of one database: no superuser, "
+        "no membership, no privilege on the engine's ce_ tables (the check db tools run is run before the "
+        "commit). Prints the database_url to put in the db tool's config.",
+    )
+    reader.add_argument("name", help="the role to create")
+    reader.add_argument(
+        "--database-url",
+        help="a URL that may create roles, on the database the tool will read; omit for the embedded server",
+    )
+    reader.add_argument("--schema", action="append", help="schema it may read (repeatable; default public)")
+    reader.add_argument("--table", action="append", help="only this table or view (schema.table; repeatable)")
+    reader.add_argument("--password-file", help="read the role's password from this file (default: a random one)")
+    reader.add_argument("--print", action="store_true", help="print the statements instead of running them")
     tools.set_defaults(tools_parser=tools)
     return tools
 
@@ -145,4 +165,57 @@ async def _delete(args: argparse.Namespace) -> int:
     return 0
 
 
-_ACTIONS = {"add": _add, "list": _list, "delete": _delete}
+async def _reader_role(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from context_engine.tools import reader_role
+
+    password = _password(args.password_file) if args.password_file else reader_role.new_password()
+    async with _admin_url(args.database_url) as admin_url:
+        try:
+            async with await psycopg.AsyncConnection.connect(reader_role.libpq_url(admin_url)) as conn:
+                role = await reader_role.plan(
+                    conn, admin_url, args.name, password, schemas=args.schema or ["public"], tables=args.table
+                )
+                if args.print:
+                    for statement in role.statements:
+                        print(statement.as_string(conn) + ";")
+                    return 0
+                await reader_role.create(conn, role)
+        except psycopg.Error as exc:
+            # the operator's own server speaking: its primary message and SQLSTATE, no DETAIL
+            primary = getattr(exc.diag, "message_primary", None) or type(exc).__name__
+            print(f"error: {primary} (SQLSTATE {exc.sqlstate})", file=sys.stderr)
+            return 1
+    read = ", ".join(f"{s}.{t}" for s, t in role.tables) or "no tables yet (grant SELECT as you add them)"
+    print(f"created role {role.name!r}; it may read: {read}")
+    print(f"database_url for the db tool's config: {role.url}")
+    return 0
+
+
+def _password(source: str) -> str:
+    password = Path(source).read_text(encoding="utf-8").strip()
+    if not password:
+        raise ValueError("the password file is empty")
+    return password
+
+
+@asynccontextmanager
+async def _admin_url(given: str | None) -> AsyncIterator[str]:
+    """``given``, else the configured ``database_url``, else the embedded server's (held meanwhile)."""
+    from context_engine.config import database_url_text
+    from context_engine.storage import embedded
+
+    config = ContextEngineConfig()
+    url = given or database_url_text(config)
+    if url:
+        yield url
+        return
+    pgdata, url = await asyncio.to_thread(embedded.acquire, config.storage.data_dir)
+    try:
+        yield url
+    finally:
+        await asyncio.to_thread(embedded.release, pgdata)
+
+
+_ACTIONS = {"add": _add, "list": _list, "delete": _delete, "reader-role": _reader_role}

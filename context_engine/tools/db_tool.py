@@ -2,18 +2,22 @@
 
 The connection is the tool's own (never the engine's pool), the transaction is ``READ ONLY``, the
 statement goes over the extended protocol (one statement per call, so no ``COMMIT; ...`` trick),
-``statement_timeout`` is set for the transaction, and at most ``max_rows`` rows are fetched. Use a
-role that can only read as well: the read-only transaction is the second lock, not the only one.
+``statement_timeout`` is set for the transaction, and at most ``max_rows`` rows are fetched. The
+transaction stops writes, not a superuser's ``COPY ... TO PROGRAM``: so the role itself must pass
+the least-privilege check of ``db_role``, at registration and again before every statement. A failed
+statement is reported by its SQLSTATE and a fixed sentence, never by the server's text.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
 
-from context_engine.tools.errors import ToolConfigInvalid, ToolExecutionFailed, ToolTimeout
+from context_engine.tools import db_role
+from context_engine.tools.errors import ToolConfigInvalid, ToolExecutionFailed, ToolRoleRefused, ToolTimeout
 from context_engine.tools.plain import jsonable
 from context_engine.tools.schema import checked_schema, validate_arguments
 
@@ -54,6 +58,22 @@ def statement_of(config: dict[str, Any], arguments: dict[str, Any]) -> str:
     return str(config["query"] if config.get("query") is not None else arguments.get("query", ""))
 
 
+async def check_role(config: dict[str, Any]) -> None:
+    """Refuse (``tool_role_refused``, 400) a config whose role can leave the read-only box."""
+    check_config(config)
+    conn = await _connect(config)
+    try:
+        await conn.set_read_only(True)
+        async with conn.cursor() as cur:
+            await cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(DEFAULT_TIMEOUT_MS),))
+            await _refuse_powerful_role(cur, at_call=False)
+        await conn.rollback()
+    except psycopg.Error as exc:
+        raise ToolExecutionFailed(statement_failure(exc), code="tool_unavailable") from None
+    finally:
+        await conn.close()
+
+
 async def call(config: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
     """``{"success", "columns", "rows", "row_count", "truncated"}`` for one read-only statement."""
     validate_arguments(check_config(config), arguments)
@@ -62,17 +82,16 @@ async def call(config: dict[str, Any], arguments: dict[str, Any]) -> dict[str, A
     params: dict[str, Any] | None = arguments if fixed else None
     max_rows = int(config.get("max_rows", DEFAULT_MAX_ROWS))
     timeout_ms = int(config.get("statement_timeout_ms", DEFAULT_TIMEOUT_MS))
-    try:
-        conn = await psycopg.AsyncConnection.connect(config["database_url"], connect_timeout=CONNECT_TIMEOUT)
-    except psycopg.Error:
-        # the driver's text names the host, user and sometimes the password: none of it is shown
-        raise ToolExecutionFailed("could not connect to the tool's database", code="tool_unavailable") from None
+    conn = await _connect(config)
     try:
         await conn.set_read_only(True)
         async with conn.cursor() as cur:
             await cur.execute(
                 pgsql.SQL("SELECT set_config('statement_timeout', {}, true)").format(pgsql.Literal(str(timeout_ms)))
             )
+            # checked on every call, in the statement's own transaction: a grant made since
+            # registration counts, and nothing runs before the check has passed
+            await _refuse_powerful_role(cur, at_call=True)
             # prepare=True forces one parsed statement: a second one after ';' is a syntax error
             await cur.execute(statement, params, prepare=True)
             columns = [c.name for c in cur.description or []]
@@ -81,9 +100,9 @@ async def call(config: dict[str, Any], arguments: dict[str, Any]) -> dict[str, A
     except psycopg.errors.QueryCanceled:
         raise ToolTimeout(f"the statement ran longer than {timeout_ms} ms and was cancelled") from None
     except psycopg.errors.ReadOnlySqlTransaction as exc:
-        raise ToolExecutionFailed(_driver_message(exc), code="write_refused") from None
+        raise ToolExecutionFailed(statement_failure(exc), code="write_refused") from None
     except psycopg.Error as exc:
-        raise ToolExecutionFailed(_driver_message(exc)) from None
+        raise ToolExecutionFailed(statement_failure(exc)) from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ToolExecutionFailed(f"the query's parameters do not fit it ({type(exc).__name__})") from None
     finally:
@@ -93,11 +112,50 @@ async def call(config: dict[str, Any], arguments: dict[str, Any]) -> dict[str, A
     return {"success": True, "columns": columns, "rows": rows, "row_count": len(rows), "truncated": truncated}
 
 
-def _driver_message(exc: psycopg.Error) -> str:
-    """The driver's structured primary message (no DETAIL/HINT/row data), with its SQLSTATE."""
-    diag = getattr(exc, "diag", None)
-    primary = getattr(diag, "message_primary", None) if diag is not None else None
+async def _connect(config: dict[str, Any]) -> psycopg.AsyncConnection[Any]:
+    try:
+        return await psycopg.AsyncConnection.connect(config["database_url"], connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.Error:
+        # the driver's text names the host, user and sometimes the password: none of it is shown
+        raise ToolExecutionFailed("could not connect to the tool's database", code="tool_unavailable") from None
+
+
+async def _refuse_powerful_role(cur: psycopg.AsyncCursor[Any], *, at_call: bool) -> None:
+    await cur.execute(db_role.CHECK_SQL, db_role.check_params())
+    findings = db_role.RoleFindings.of_row(await cur.fetchone())
+    if not findings.least_privilege:
+        raise ToolRoleRefused(findings.refusal(), at_call=at_call)
+
+
+#: fixed sentences for the failures an agent writing SQL meets most; any other is named by its condition
+_SENTENCES = {
+    "25006": "the statement tried to write; db tools run in a read-only transaction",
+    "42501": "the tool's role lacks a privilege the statement needs",
+    "42601": "the statement is not valid SQL, or is more than one statement",
+    "42P01": "the statement names a table or view that does not exist or is not visible to the tool's role",
+    "42703": "the statement names a column that does not exist",
+    "42883": "the statement calls a function or operator that does not exist for those argument types",
+}
+
+
+def statement_failure(exc: psycopg.Error) -> str:
+    """A fixed sentence and the SQLSTATE: never the server's text, which can quote row values
+    (``invalid input syntax for type integer: "<a hidden row's text>"``)."""
     state = getattr(exc, "sqlstate", None)
-    lines = str(exc).splitlines()
-    text = primary or (lines[0] if lines else type(exc).__name__)
-    return f"{text} (SQLSTATE {state})" if state else text
+    if not state:
+        return f"the statement failed ({type(exc).__name__})"
+    sentence = _SENTENCES.get(state)
+    if sentence is None:
+        try:
+            condition = _CAMEL.sub("_", psycopg.errors.lookup(state).__name__).lower()
+        except KeyError:
+            condition = "error"
+        sentence = f"the statement failed: {condition}"
+    # where a parse-time error sits in the statement (the caller's own text, never row data)
+    position = getattr(getattr(exc, "diag", None), "statement_position", None)
+    if state.startswith("42") and position and str(position).isdigit():
+        sentence += f" at character {position}"
+    return f"{sentence} (SQLSTATE {state})"
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")

@@ -83,3 +83,28 @@ def missing_extra(extra: str, package: str) -> ConfigError:
     return ConfigError(
         f"this needs the {package!r} package: install pg-context-engine[{extra}]", code="missing_dependency"
     )
+
+
+class ToolRoleRefused(ContextEngineError):
+    """A db tool's role can do more than read: refused at registration (400) and before every
+    statement (502, the tool's configuration is what failed, not the caller's request)."""
+
+    code = "tool_role_refused"
+    status = 400
+
+    def __init__(self, message: str, *, at_call: bool = False):
+        super().__init__(message)
+        if at_call:
+            self.status = 502
+
+
+class FixedParameterOverride(ToolArgumentsInvalid):
+    """A call argument names a query parameter or header the tool's config fixes."""
+
+    code = "fixed_parameter_override"
+
+    def __init__(self, parameter: str, where: str):
+        super().__init__(
+            f"argument {parameter!r} names a {where} the tool's config fixes; it cannot be overridden",
+            details={"parameter": parameter},
+        )

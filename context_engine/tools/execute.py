@@ -13,6 +13,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,6 +34,7 @@ from context_engine.tools.errors import (
     ToolArgumentsInvalid,
     ToolExecutionFailed,
     ToolNotFound,
+    ToolRoleRefused,
 )
 from context_engine.tools.errortext import masked_error_text
 from context_engine.tools.functions import FunctionRegistry, FunctionTool
@@ -48,6 +50,7 @@ _OUTCOMES = {
     AmbiguousToolError: "ambiguous",
     ToolArgumentsInvalid: "invalid_arguments",
     EgressRefused: "refused",
+    ToolRoleRefused: "refused",
 }
 
 
@@ -161,51 +164,59 @@ async def execute_tool(
     started = time.perf_counter()
     secrets: list[str] = []
     statements: list[str] = []
-    try:
-        args = _check_options(call_name, arguments, options)
-        record.arguments = redactor.obj(jsonable(args))
-        tool, sealed = await find_tool(runtime, call_name, caller, options.tool_id)
-        record.tool_id = tool.tool_id if isinstance(tool, ToolEntry) else None
-        record.kind = tool.kind if isinstance(tool, ToolEntry) else "function"
-        config: dict[str, Any] = {}
-        if isinstance(tool, ToolEntry):
-            config = ConfigCipher(runtime.secret_key).decrypt(sealed, str(tool.tool_id))
-            secrets = secret_values(config)
-            validate_arguments(tool.parameters, args)
-            if tool.kind == "db":
-                statements = [db_tool.statement_of(config, args)]
-        else:
-            tool.check(args)
-        if tool.requires_approval:
-            pending = await _gate(runtime, record, args, caller, options)
-            if pending is not None:
-                return _approval_payload(pending)
-        with hidden_from_logs(secrets):
+    # from the moment the config is read until the call is audited and its hook has run, no log
+    # record made in this context carries one of its secrets
+    with ExitStack() as hiding:
+        try:
+            args = _check_options(call_name, arguments, options)
+            record.arguments = redactor.obj(jsonable(args))
+            tool, sealed = await find_tool(runtime, call_name, caller, options.tool_id)
+            record.tool_id = tool.tool_id if isinstance(tool, ToolEntry) else None
+            record.kind = tool.kind if isinstance(tool, ToolEntry) else "function"
+            config: dict[str, Any] = {}
+            if isinstance(tool, ToolEntry):
+                config = ConfigCipher(runtime.secret_key).decrypt(sealed, str(tool.tool_id))
+                secrets = secret_values(config)
+                hiding.enter_context(hidden_from_logs(secrets))
+                record.arguments = scrub(record.arguments, secrets)
+                validate_arguments(tool.parameters, args)
+                if tool.kind == "http":
+                    http_tool.check_arguments(config, args)
+                if tool.kind == "db":
+                    statements = [db_tool.statement_of(config, args)]
+            else:
+                tool.check(args)
+            if tool.requires_approval:
+                pending = await _gate(runtime, record, args, caller, options)
+                if pending is not None:
+                    return _approval_payload(pending)
             raw = jsonable(await _run(runtime, tool, config, args))
-        result = redactor.obj(scrub(raw, secrets))
-        record.result, record.outcome = result, _success_outcome(tool, raw)
-        mode = options.response_mode or config.get("response_mode") or "json"
-        shaped = shape_result(result, mode=mode, max_chars=options.result_max_chars, max_rows=options.result_max_rows)
-        return {
-            "result": shaped,
-            "usage": {"kind": "tool", "units": 1},
-            "tool_id": record.tool_id,
-            "call_id": record.call_id,
-        }
-    except ContextEngineError as exc:
-        _reduce(exc, redactor, statements, secrets)
-        record.outcome = next((o for t, o in _OUTCOMES.items() if isinstance(exc, t)), "error")
-        record.error_code, record.error_message = exc.code, exc.message
-        raise
-    except Exception as exc:
-        # a bug or an unexpected library error: the type for the operator, no text for anyone
-        log.error("tool call %s failed unexpectedly (%s)", record.call_name, type(exc).__name__)
-        failure = ToolExecutionFailed(f"the tool call failed unexpectedly ({type(exc).__name__})")
-        record.error_code, record.error_message = failure.code, failure.message
-        raise failure from None
-    finally:
-        record.duration_ms = round((time.perf_counter() - started) * 1000, 2)
-        await _finish(runtime, record)
+            result = redactor.obj(scrub(raw, secrets))
+            record.result, record.outcome = result, _success_outcome(tool, raw)
+            mode = options.response_mode or config.get("response_mode") or "json"
+            shaped = shape_result(
+                result, mode=mode, max_chars=options.result_max_chars, max_rows=options.result_max_rows
+            )
+            return {
+                "result": shaped,
+                "usage": {"kind": "tool", "units": 1},
+                "tool_id": record.tool_id,
+                "call_id": record.call_id,
+            }
+        except ContextEngineError as exc:
+            _reduce(exc, redactor, statements, secrets)
+            record.outcome = next((o for t, o in _OUTCOMES.items() if isinstance(exc, t)), "error")
+            record.error_code, record.error_message = exc.code, exc.message
+            raise
+        except Exception as exc:
+            # a bug or an unexpected library error: the type for the operator, no text for anyone
+            log.error("tool call %s failed unexpectedly (%s)", record.call_name, type(exc).__name__)
+            failure = ToolExecutionFailed(f"the tool call failed unexpectedly ({type(exc).__name__})")
+            record.error_code, record.error_message = failure.code, failure.message
+            raise failure from None
+        finally:
+            record.duration_ms = round((time.perf_counter() - started) * 1000, 2)
+            await _finish(runtime, record)
 
 
 async def _gate(

@@ -1,13 +1,16 @@
 """http tools: one request per call, arguments checked against the tool's schema, egress guarded.
 
-GET and DELETE send the arguments as query parameters; POST, PUT, PATCH and
-QUERY send them as a JSON body. Redirects are never followed, a plain-http connection goes to the
-address the egress check approved, and the response body is read up to a cap.
+GET and DELETE send the arguments as query parameters; POST, PUT, PATCH and QUERY send them as a
+JSON body. No argument may share a name with a query parameter or header the config fixes
+(``fixed_parameter_override``, 400): the operator's values always go as configured. Redirects are
+never followed, a plain-http connection goes to the address the egress check approved, and the
+response body is read up to a cap.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import ssl
 from collections.abc import Callable
 from functools import lru_cache
@@ -16,7 +19,13 @@ from typing import Any
 import httpx
 
 from context_engine.tools.egress import EgressPolicy, Resolver, checked_address, pinned
-from context_engine.tools.errors import EgressRefused, ToolConfigInvalid, ToolExecutionFailed, ToolTimeout
+from context_engine.tools.errors import (
+    EgressRefused,
+    FixedParameterOverride,
+    ToolConfigInvalid,
+    ToolExecutionFailed,
+    ToolTimeout,
+)
 from context_engine.tools.schema import checked_schema, validate_arguments
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "QUERY")
@@ -61,7 +70,42 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     hosts = config.get("allowed_hosts", [])
     if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
         raise ToolConfigInvalid("http tool allowed_hosts must be a list of host names")
-    return checked_schema(config.get("parameters"))
+    schema = checked_schema(config.get("parameters"))
+    properties = schema.get("properties")
+    fixed = fixed_names(config)
+    for name in properties if isinstance(properties, dict) else ():
+        if _normal(str(name)) in fixed:
+            raise ToolConfigInvalid(
+                f"http tool parameter {name!r} is also a {fixed[_normal(str(name))]} the config fixes; rename one"
+            )
+    return schema
+
+
+def fixed_names(config: dict[str, Any]) -> dict[str, str]:
+    """The names the operator fixed (normalised, see ``_normal``), each with what it is: the url's
+    own query parameters, the ``query`` section's and the headers."""
+    fixed = {_normal(name): "header" for name in config.get("headers") or {}}
+    fixed.update({_normal(name): "query parameter" for name in httpx.URL(config["url"]).params})
+    fixed.update({_normal(name): "query parameter" for name in config.get("query") or {}})
+    return fixed
+
+
+def _normal(name: str) -> str:
+    """A parameter name as a lenient server may read it: case folded, an ``[...]`` suffix cut,
+    and ``.``, ``-`` and spaces read as ``_`` (PHP turns ``api.key`` and ``api key`` into ``api_key``)."""
+    return re.sub(r"[.\s-]", "_", name.split("[", 1)[0].strip().lower())
+
+
+def check_arguments(config: dict[str, Any], arguments: dict[str, Any]) -> None:
+    """Refuse a call argument named like a fixed query parameter or header (however a lenient
+    server would read the name): it would replace the operator's value (``api_key``,
+    ``tenant_id``) in the query string, or compete with it on a server that merges query, body and
+    headers."""
+    fixed = fixed_names(config)
+    for name in arguments:
+        where = fixed.get(_normal(str(name)))
+        if where is not None:
+            raise FixedParameterOverride(str(name), where)
 
 
 async def call(
@@ -73,6 +117,7 @@ async def call(
 ) -> dict[str, Any]:
     """Send the request and return ``{"status_code", "data"}`` (JSON when the body is JSON)."""
     validate_arguments(checked_schema(config.get("parameters")), arguments)
+    check_arguments(config, arguments)
     method = str(config.get("method", "GET")).upper()
     url = httpx.URL(config["url"])
     params = dict(config.get("query") or {})

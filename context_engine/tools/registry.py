@@ -69,6 +69,8 @@ async def insert(db: AsyncEngine, tool: ToolConfig, cipher: ConfigCipher) -> Too
     if tool.kind == "function":
         raise ToolConfigInvalid("function tools are registered with register_function_tool(fn)")
     parameters = CONFIG_CHECKS[tool.kind](tool.config)
+    if tool.kind == "db":
+        await db_tool.check_role(tool.config)  # its own connection, before a pooled one is taken
     tool_id = str(uuid.uuid4())
     blob = cipher.encrypt(tool.config, tool_id)
     async with db.begin() as conn:
