@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[all,test,bench]"
 	touch $(STAMP)
 
-.PHONY: install serve test lint
+.PHONY: install serve test lint check-install
 install: $(STAMP)
 
 serve: $(STAMP)
@@ -23,3 +23,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# Build the wheel, pip-install it (no extras) into a fresh venv, ingest and search on the defaults.
+check-install:
+	python3 .ci/fresh_install.py
