@@ -225,7 +225,7 @@ def _gelu_inplace(h: np.ndarray) -> None:
 
 
 class _MiniLMModel:
-    """Weights and the numpy forward pass of a BERT encoder with mean pooling."""
+    """Weights and the forward pass (ONNX Runtime or numpy layers) of a BERT encoder with mean pooling."""
 
     def __init__(self, model_dir: Path, *, backend: Backend = "numpy", threads: int = 1):
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
@@ -424,6 +424,7 @@ class LocalEmbedder(Embedder):
         self._estimate_only = config.tokenizer == "estimate"
         self._token_bytes_ratio = config.token_bytes_ratio
         self._threads = config.local_threads
+        self._backend_setting = config.local_backend
         self.backend: Backend = _choose_backend(config.local_backend)
         self._model_dir = model_dir
         # separate locks: loading the weights (slow) must not block count_tokens or the event loop
@@ -470,7 +471,7 @@ class LocalEmbedder(Embedder):
         if self._model is None:
             with self._model_lock:
                 if self._model is None:
-                    model = _MiniLMModel(self._resolve_dir(), backend=self.backend)
+                    model = self._load_model(self._resolve_dir())
                     if model.max_positions < self.max_input_tokens:
                         raise ConfigError(
                             f"embedding.max_input_tokens {self.max_input_tokens} exceeds the model's "
@@ -478,6 +479,21 @@ class LocalEmbedder(Embedder):
                         )
                     self._model = model
         return self._model
+
+    def _load_model(self, model_dir: Path) -> _MiniLMModel:
+        """The model on the chosen backend; ``auto`` falls back to numpy if ONNX Runtime will not load."""
+        if self.backend == "numpy":
+            return _MiniLMModel(model_dir)
+        try:
+            return _MiniLMModel(model_dir, backend="onnxruntime")
+        except (ImportError, OSError) as exc:  # installed but unloadable (a broken wheel, a missing libc)
+            if self._backend_setting == "onnxruntime":
+                raise ConfigError(
+                    f"embedding.local_backend is 'onnxruntime' but ONNX Runtime failed to load ({exc}); "
+                    "set embedding.local_backend to 'auto' or 'numpy'."
+                ) from exc
+            self.backend = "numpy"
+            return _MiniLMModel(model_dir)
 
     def _get_executor(self) -> ThreadPoolExecutor:
         with self._executor_lock:
