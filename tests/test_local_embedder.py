@@ -191,3 +191,15 @@ def test_backend_setting() -> None:
     assert LocalEmbedder(EmbeddingConfig(local_backend="numpy")).backend == "numpy"
     with pytest.raises(ValidationError):
         EmbeddingConfig(local_backend="torch")
+
+
+async def test_embedders_share_one_loaded_model() -> None:
+    """Each engine builds its own embedder; the weights and the ONNX session are loaded once."""
+    first, second = LocalEmbedder(), LocalEmbedder()
+    [a] = await first.embed(["shared weights"])
+    [b] = await second.embed(["shared weights"])
+    assert a == b
+    assert first._get_model() is second._get_model()
+    assert LocalEmbedder(EmbeddingConfig(local_backend="numpy"))._get_model() is not first._get_model()
+    await first.aclose()
+    await second.aclose()

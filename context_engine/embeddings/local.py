@@ -384,6 +384,25 @@ def _plan_sub_batches(lengths: Sequence[int]) -> list[list[int]]:
     return batches
 
 
+_models_lock = threading.Lock()
+_models: dict[tuple[Path, Backend], _MiniLMModel] = {}
+
+
+def _shared_model(model_dir: Path, backend: Backend) -> _MiniLMModel:
+    """One loaded model per directory and backend for the whole process.
+
+    Every engine (and every test) makes its own ``LocalEmbedder``; loading is about 1.4 CPU-seconds
+    on ONNX Runtime and ~100 MiB resident, so they share it. The model is read-only once built and
+    safe to run from several threads, so sharing changes no result.
+    """
+    key = (model_dir.resolve(), backend)
+    with _models_lock:
+        model = _models.get(key)
+        if model is None:
+            model = _models[key] = _MiniLMModel(model_dir, backend=backend)
+        return model
+
+
 def _choose_backend(setting: str) -> Backend:
     if setting == "numpy":
         return "numpy"
@@ -483,9 +502,9 @@ class LocalEmbedder(Embedder):
     def _load_model(self, model_dir: Path) -> _MiniLMModel:
         """The model on the chosen backend; ``auto`` falls back to numpy if ONNX Runtime will not load."""
         if self.backend == "numpy":
-            return _MiniLMModel(model_dir)
+            return _shared_model(model_dir, "numpy")
         try:
-            return _MiniLMModel(model_dir, backend="onnxruntime")
+            return _shared_model(model_dir, "onnxruntime")
         except (ImportError, OSError) as exc:  # installed but unloadable (a broken wheel, a missing libc)
             if self._backend_setting == "onnxruntime":
                 raise ConfigError(
@@ -493,7 +512,7 @@ class LocalEmbedder(Embedder):
                     "set embedding.local_backend to 'auto' or 'numpy'."
                 ) from exc
             self.backend = "numpy"
-            return _MiniLMModel(model_dir)
+            return _shared_model(model_dir, "numpy")
 
     def _get_executor(self) -> ThreadPoolExecutor:
         with self._executor_lock:
