@@ -551,23 +551,36 @@ class LocalEmbedder(Embedder):
     def _encode_sync(self, sequences: list[list[int]]) -> np.ndarray:
         return self._get_model().encode(sequences)
 
+    def _prepare(
+        self, texts: list[str], kind: InputKind
+    ) -> tuple[list[list[int]], list[list[int]], np.ndarray | None]:
+        """Tokenise, load the model and plan the sub-batches in one worker hop; a single sub-batch
+        (every query) is encoded in that same hop, since each hop costs milliseconds on a busy machine."""
+        sequences = self._tokenize(texts, kind)
+        model = self._get_model()
+        plan = _plan_sub_batches([len(s) for s in sequences])
+        if len(plan) == 1:
+            return sequences, plan, model.encode([sequences[i] for i in plan[0]])
+        return sequences, plan, None
+
     async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
         """Embed on worker threads: one padded, length-sorted sub-batch per task."""
         if not texts:
             return []
         loop = asyncio.get_running_loop()
         executor = self._get_executor()
-        sequences = await loop.run_in_executor(executor, self._tokenize, list(texts), kind)
-        await loop.run_in_executor(executor, self._get_model)
-        plan = _plan_sub_batches([len(s) for s in sequences])
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         with _single_threaded_blas():
-            results = await asyncio.gather(
-                *(
-                    loop.run_in_executor(executor, self._encode_sync, [sequences[i] for i in group])
-                    for group in plan
+            sequences, plan, single = await loop.run_in_executor(executor, self._prepare, list(texts), kind)
+            if single is not None:
+                results = [single]
+            else:
+                results = await asyncio.gather(
+                    *(
+                        loop.run_in_executor(executor, self._encode_sync, [sequences[i] for i in group])
+                        for group in plan
+                    )
                 )
-            )
         for group, vectors in zip(plan, results, strict=True):
             out[group] = vectors
         return out.tolist()
