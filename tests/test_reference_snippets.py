@@ -263,8 +263,7 @@ def test_the_reference_documents_are_there() -> None:
     assert all(s.code.strip() for s in SNIPPETS)
 
 
-@pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.where for s in SNIPPETS])
-async def test_a_reference_snippet_runs_as_written(snippet: Snippet, given: dict[str, Any]) -> None:
+async def run_snippet(snippet: Snippet, given: dict[str, Any]) -> None:
     given["app"] = app_for(snippet.code)
     setup = snippet.named(SETUP)
     if setup is not None:
@@ -276,3 +275,10 @@ async def test_a_reference_snippet_runs_as_written(snippet: Snippet, given: dict
     error, _reason = differs
     with pytest.raises(error):
         await run(snippet.code, given)
+
+
+if SNIPPETS:  # without the reference documents there is nothing to parametrize (CI always has them)
+
+    @pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.where for s in SNIPPETS])
+    async def test_a_reference_snippet_runs_as_written(snippet: Snippet, given: dict[str, Any]) -> None:
+        await run_snippet(snippet, given)
