@@ -666,6 +666,7 @@ async def get_document(
             where = "v.version = :ver AND " + visibility(
                 "v", params, principals=scope.principals, source_ids=scope.source_ids
             )
+            where += scope.today("v", params, history=True)
         else:
             where = scope.version_predicate("v", params)
         cols = _VERSION_COLUMNS + (_VERSION_TEXT if with_text else "")
@@ -680,6 +681,7 @@ async def document_versions(db: AsyncEngine, document_id: str, scope: ReadScope)
     with the revision range ``[valid_from, valid_to)`` it is visible in."""
     params: dict[str, Any] = {"id": document_id}
     where = visibility("v", params, principals=scope.principals, source_ids=scope.source_ids)
+    where += scope.today("v", params, history=True)
     sql = (
         "SELECT v.version, v.name, v.source_id, v.content_hash, v.acl, v.attributes, v.chunk_count, "
         "v.valid_from, v.valid_to, v.created_at FROM ce_document_versions v "
