@@ -451,6 +451,15 @@ class KnowledgeConfig(BaseModel):
     rate_limit_per_minute: int | None = Field(default=60, ge=1)
 
 
+class AccessConfig(BaseModel):
+    """Write permission beyond the default rule (``context_engine.write_access``)."""
+
+    model_config = _STRICT
+
+    #: principals that may change or delete documents with an empty ACL (besides trusted callers)
+    writers: list[str] = Field(default_factory=list)
+
+
 class ContextEngineConfig(BaseSettings):
     """All settings. ``database_url=None`` starts an embedded PostgreSQL in ``storage.data_dir``."""
 
@@ -476,6 +485,8 @@ class ContextEngineConfig(BaseSettings):
     #: transcribes scanned PDF pages and images to Markdown at ingest; ``None`` = the text layer, then Tesseract
     vision_llm: VisionLLMConfig | None = None
     knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
+    #: who may change public documents (``access.writers``)
+    access: AccessConfig = Field(default_factory=AccessConfig)
     #: ``compute``: generated code over stored spreadsheets, off unless ``enable_code_execution``
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     #: general secret (redaction hash keys fall back to it, with a warning)

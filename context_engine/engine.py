@@ -65,6 +65,7 @@ from context_engine.storage import repository as repo
 from context_engine.storage import stored_text
 from context_engine.storage.predicates import ReadScope
 from context_engine.validation import check_json_object, check_text
+from context_engine.write_access import WriteAccess, WritePolicy
 
 if TYPE_CHECKING:
     from context_engine.ingest.bulk import BulkReport
@@ -85,10 +86,17 @@ class ContextEngine:
         http_client_factory: HttpClientFactory | None = None,
         embedder: Embedder | None = None,
         hooks: Hooks | None = None,
+        write_policy: WritePolicy | None = None,
     ):
-        #: what the pipelines behind this front door share (one pool, one embedder); views share it too
+        #: what the pipelines behind this front door share (one pool, one embedder); views share it too.
+        #: ``write_policy`` (``context_engine.write_access``) decides who may change a stored document
+        #: before the default rule; ``access.writers`` in the config lists who may change public ones.
         self.services = Services(
-            config or ContextEngineConfig(), http_client_factory=http_client_factory, embedder=embedder, hooks=hooks
+            config or ContextEngineConfig(),
+            http_client_factory=http_client_factory,
+            embedder=embedder,
+            hooks=hooks,
+            write_policy=write_policy,
         )
         self._retriever = Retriever(self.services)
         #: function tools registered on this engine (kept on the root; views share them)
@@ -627,7 +635,13 @@ class ContextEngine:
         db = await self._ready()
         try:
             revision = await repo.update_document(
-                db, doc_id, ReadScope(caller), acl=acl_list, attributes=attributes, name=name
+                db,
+                doc_id,
+                ReadScope(caller),
+                acl=acl_list,
+                attributes=attributes,
+                name=name,
+                access=self.services.write_access,
             )
         except Exception as exc:
             if "ux_ce_documents_identity" in str(exc):
@@ -659,9 +673,11 @@ class ContextEngine:
         doc_id = _check_uuid(document_id)
         db = await self._ready()
         if idempotency_key is None:
-            revision = await repo.delete_document(db, doc_id, ReadScope(caller))
+            revision = await repo.delete_document(db, doc_id, ReadScope(caller), self.services.write_access)
         else:
-            revision = await _keyed_delete(db, doc_id, caller, idempotency.check_key(idempotency_key))
+            revision = await _keyed_delete(
+                db, doc_id, caller, idempotency.check_key(idempotency_key), self.services.write_access
+            )
         if revision is None:
             raise NotFound(f"document {document_id} not found")
         await self.repair_graph(doc_id)  # frequencies, orphans, touched communities (one query without a graph)
@@ -1185,7 +1201,9 @@ async def _keyed_ingest(
     return DocumentReport(**outcome.result)
 
 
-async def _keyed_delete(db: AsyncEngine, document_id: str, caller: tuple[str, ...] | None, key: str) -> int | None:
+async def _keyed_delete(
+    db: AsyncEngine, document_id: str, caller: tuple[str, ...] | None, key: str, access: WriteAccess
+) -> int | None:
     """One delete per (source, key); a retry answers the first delete's revision if the caller
     could see the document just before it."""
     source_id = await repo.document_source(db, document_id)
@@ -1193,7 +1211,7 @@ async def _keyed_delete(db: AsyncEngine, document_id: str, caller: tuple[str, ..
         return None
 
     async def work() -> idempotency.Outcome:
-        revision = await repo.delete_document(db, document_id, ReadScope(caller))
+        revision = await repo.delete_document(db, document_id, ReadScope(caller), access)
         if revision is None:
             raise NotFound(f"document {document_id} not found")
         return idempotency.Outcome(document_id, None, revision, {"revision": revision}, replayed=False)

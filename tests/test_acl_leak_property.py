@@ -149,9 +149,9 @@ async def test_history_reads_apply_the_acl_of_then_and_of_now(
         assert {m.source_id for m in answer.matches} == expected
         for doc_id in then:
             reads = [
-                lambda d=doc_id: engine.get_document(d, principals=caller, as_of=r0),
-                lambda d=doc_id: engine.get_document(d, principals=caller, version=1),
-                lambda d=doc_id: engine.document_versions(d, principals=caller),
+                lambda d=doc_id, c=caller: engine.get_document(d, principals=c, as_of=r0),
+                lambda d=doc_id, c=caller: engine.get_document(d, principals=c, version=1),
+                lambda d=doc_id, c=caller: engine.document_versions(d, principals=c),
             ]
             if doc_id in expected:
                 assert (await reads[0]()).id == doc_id

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from context_engine.storage import bm25_stats
 from context_engine.storage.predicates import ReadScope, live, visibility
 from context_engine.storage.vectors import register_vector_types, vector_array
+from context_engine.write_access import WriteAccess, target_of
 
 _DOC_COLUMNS = (
     "id, name, source_id, mime, acl, attributes, status, failure_reason, error, version, "
@@ -744,6 +745,7 @@ async def update_document(
     acl: Sequence[str] | None,
     attributes: dict[str, Any] | None,
     name: str | None,
+    access: WriteAccess,
 ) -> int | None:
     """Apply metadata changes under the caller's visibility; ``None`` when not visible.
 
@@ -757,8 +759,8 @@ async def update_document(
             (
                 await conn.execute(
                     text(
-                        f"SELECT d.version, d.acl FROM ce_documents d WHERE d.id = CAST(:id AS uuid) "
-                        f"AND {_doc_scope(scope, params)} FOR UPDATE"
+                        f"SELECT d.id, d.source_id, d.name, d.version, d.acl FROM ce_documents d "
+                        f"WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)} FOR UPDATE"
                     ),
                     params,
                 )
@@ -768,6 +770,7 @@ async def update_document(
         )
         if current is None:
             return None
+        access.check(target_of(dict(current)), scope.principals)
         revision = await next_revision(conn)
         sets = ["updated_revision = :r", "updated_at = now()"]
         values: dict[str, Any] = {"id": document_id, "r": revision}
@@ -853,19 +856,27 @@ async def _repoint_graph_facts(conn: AsyncConnection, values: dict[str, Any]) ->
         )
 
 
-async def delete_document(db: AsyncEngine, document_id: str, scope: ReadScope) -> int | None:
-    """Remove from the next revision on; earlier revisions keep their versions and chunks."""
+async def delete_document(db: AsyncEngine, document_id: str, scope: ReadScope, access: WriteAccess) -> int | None:
+    """Remove from the next revision on; earlier revisions keep their versions and chunks.
+    ``None`` when the caller may not see the document; ``Forbidden`` when it may see but not write it."""
     async with db.begin() as conn:
         params: dict[str, Any] = {"id": document_id}
-        visible = await conn.scalar(
-            text(
-                f"SELECT d.id FROM ce_documents d WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)} "
-                "FOR UPDATE"
-            ),
-            params,
+        visible = (
+            (
+                await conn.execute(
+                    text(
+                        "SELECT d.id, d.source_id, d.name, d.acl FROM ce_documents d WHERE d.id = CAST(:id AS uuid) "
+                        f"AND {_doc_scope(scope, params)} FOR UPDATE"
+                    ),
+                    params,
+                )
+            )
+            .mappings()
+            .first()
         )
         if visible is None:
             return None
+        access.check(target_of(dict(visible)), scope.principals)
         revision = await next_revision(conn)
         values = {"id": document_id, "r": revision}
         await bm25_stats.retract(conn, document_id)
