@@ -468,8 +468,13 @@ class ContextEngine:
         as_of: int | None = None,
         consistency: Consistency = "replica",
         min_revision: int | None = None,
+        explain: bool = False,
     ) -> SearchResult:
         """Hybrid search: every registered leg (full-text, trigram, vector, ...) fused by ``fusion.method``.
+
+        ``usage["vector_plan"]`` (the planner's choice and its figures, which are sized by the whole
+        index) is reported to a trusted caller only, or with ``explain=True``: a host's own
+        diagnostics, never to be passed on to the caller whose principals the search ran with.
 
         ``as_of`` searches the store as it was at that revision (``None``: the current one).
         With read replicas configured the search runs on one (``usage["read_from"]`` names the server):
@@ -499,7 +504,7 @@ class ContextEngine:
             raise InvalidRequest(f"compress_to_tokens must be an integer between 1 and {MAX_COMPRESS_TOKENS}")
 
         async def read() -> SearchResult:
-            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of)
+            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of, trusted=caller is None)
             scope = ReadScope(caller, sources, documents, as_of=revision)
             return await run_search(
                 self._retriever,
@@ -515,6 +520,8 @@ class ContextEngine:
             read, consistency=consistency, as_of=as_of, min_revision=min_revision
         )
         result.usage["read_from"] = server
+        if caller is not None and not explain:  # its figures count rows of every tenant
+            result.usage.pop("vector_plan", None)
         return result
 
     # ------------------------------------------------------------------ documents
@@ -544,7 +551,7 @@ class ContextEngine:
 
         async def read() -> dict[str, Any] | None:
             db = await self.services.read_db()
-            scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of))
+            scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of, trusted=caller is None))
             return await repo.get_document(db, doc_id, scope, with_text=include_text, version=version)
 
         where = "primary" if version is not None and consistency == "replica" else consistency
@@ -599,7 +606,7 @@ class ContextEngine:
 
         async def read() -> list[dict[str, Any]]:
             db = await self.services.read_db()
-            scope = ReadScope(caller, sources, as_of=await revisions_as_of.resolve(db, as_of))
+            scope = ReadScope(caller, sources, as_of=await revisions_as_of.resolve(db, as_of, trusted=caller is None))
             return await repo.list_documents(db, scope, limit=limit + 1, after=after)
 
         rows, _ = await self.services.reading(read, consistency=consistency, as_of=as_of, min_revision=min_revision)
@@ -697,7 +704,8 @@ class ContextEngine:
     ) -> Stats:
         caller = resolve(principals)  # type: ignore[arg-type]
         db = await self._ready()
-        scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=await revisions_as_of.resolve(db, as_of))
+        revision = await revisions_as_of.resolve(db, as_of, trusted=caller is None)
+        scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=revision)
         return Stats(**await repo.stats(db, scope))
 
     # ------------------------------------------------------------------ knowledge
@@ -736,7 +744,7 @@ class ContextEngine:
         sources = _check_ids("source_ids", source_ids)
 
         async def read() -> KnowledgeResult:
-            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of)
+            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of, trusted=caller is None)
             return await knowledge_query(
                 self._retriever,
                 self._redactor(caller, redaction, redaction_secret_key),

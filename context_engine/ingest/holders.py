@@ -28,7 +28,18 @@ from context_engine.write_access import WriteAccess, target_of
 #: a filing that could name more than one visible document
 AMBIGUOUS = "more than one document you may see has that name in this source; file it under the ACL of the one you mean"
 
-Filing = tuple[str, str, Sequence[str]]
+#: ``(source_id, name, acl, content_hash)``; the hash is ``None`` for a filing with no content to
+#: compare (a failed extraction, which would overwrite the document's record)
+Filing = tuple[str, str, Sequence[str], str | None]
+
+
+def unchanged(row: dict[str, Any], content_hash: str | None) -> bool:
+    """The stored document already holds this content (a re-post that writes nothing)."""
+    # a document whose batch is still pending is on its way: offering it again does not pay twice
+    return content_hash is not None and row["content_hash"] == content_hash and row["status"] in (
+        "completed",
+        "batch_pending",
+    )
 
 
 def _visible(acl: Sequence[str], caller: tuple[str, ...] | None) -> bool:
@@ -36,10 +47,15 @@ def _visible(acl: Sequence[str], caller: tuple[str, ...] | None) -> bool:
 
 
 def choose(
-    rows: list[dict[str, Any]], acl: Sequence[str], caller: tuple[str, ...] | None, access: WriteAccess
+    rows: list[dict[str, Any]],
+    acl: Sequence[str],
+    caller: tuple[str, ...] | None,
+    access: WriteAccess,
+    content_hash: str | None = None,
 ) -> dict[str, Any] | None:
     """The document among ``rows`` (all filed under one name) that a filing under ``acl`` changes,
-    or ``None`` for a new one. Raises ``NameTaken`` (ambiguous) or ``Forbidden`` (not writable)."""
+    or ``None`` for a new one. Raises ``NameTaken`` (ambiguous) or ``Forbidden`` (not writable; a
+    re-post of the content already stored writes nothing and is answered "unchanged" to any reader)."""
     seen = [r for r in rows if _visible(list(r["acl"] or ()), caller)]
     if not seen:
         return None
@@ -51,7 +67,8 @@ def choose(
         chosen = seen[0]
     else:
         raise NameTaken(AMBIGUOUS)
-    access.check(target_of(chosen), caller)
+    if not unchanged(chosen, content_hash):
+        access.check(target_of(chosen), caller)
     return chosen
 
 
@@ -103,9 +120,9 @@ async def holders(
             seen_ids.add(str(row["id"]))
             named.setdefault((row["source_id"], row["name"]), []).append(dict(row))
     answers: list[dict[str, Any] | ContextEngineError | None] = []
-    for source_id, name, acl in filings:
+    for source_id, name, acl, content_hash in filings:
         try:
-            answers.append(choose(named.get((source_id, name), []), acl, caller, access))
+            answers.append(choose(named.get((source_id, name), []), acl, caller, access, content_hash))
         except ContextEngineError as exc:
             answers.append(exc)
     return answers

@@ -70,8 +70,8 @@ class Entry:
 
     @property
     def filing(self) -> holders.Filing:
-        """``(source_id, name, acl)``: what admission looks the entry's document up by."""
-        return (self.source_id, self.name or "", self.acl)
+        """``(source_id, name, acl, content hash)``: what admission looks the entry's document up by."""
+        return (self.source_id, self.name or "", self.acl, self.prepared.content_hash if self.prepared else None)
 
     @property
     def identity(self) -> tuple[str, str]:

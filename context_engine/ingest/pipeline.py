@@ -391,7 +391,8 @@ class Ingestor:
         try:
             async with share.begin() as conn:
                 access = services.write_access
-                existing = await holders.holder(conn, (source_id, name, acl), caller, access)
+                filing = (source_id, name, acl, prepared.content_hash)
+                existing = await holders.holder(conn, filing, caller, access)
                 if existing is not None and is_unchanged(existing, prepared.content_hash):
                     return skipped_unchanged(report, existing)
                 if existing is not None and existing["leased"]:
@@ -400,7 +401,7 @@ class Ingestor:
                 if not await repo.try_identity_lock(conn, source_id, name):
                     return busy
                 # re-read under the lock: another run may have finished since the first read
-                existing = await holders.holder(conn, (source_id, name, acl), caller, access, for_update=True)
+                existing = await holders.holder(conn, filing, caller, access, for_update=True)
                 if existing is not None and is_unchanged(existing, prepared.content_hash):
                     return skipped_unchanged(report, existing)
                 if existing is not None and existing["leased"]:
@@ -719,7 +720,7 @@ class Ingestor:
         the same identity that a live run is writing or embedding is left alone."""
         mime = mime or "application/octet-stream"
         error = self.scrubber.text(error)
-        filing, access = (base.source_id, base.name, acl), self.services.write_access
+        filing, access = (base.source_id, base.name, acl, None), self.services.write_access
         async with share.connect() as conn:
             await holders.holder(conn, filing, caller, access)
         busy = base.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
@@ -782,8 +783,7 @@ def ingest_usage(report: DocumentReport, *, embedded: int, reused: int, tokens: 
 
 
 def is_unchanged(existing: dict[str, Any], content_hash: str) -> bool:
-    # a document whose batch is still pending is on its way: offering it again does not pay twice
-    return existing["content_hash"] == content_hash and existing["status"] in ("completed", "batch_pending")
+    return holders.unchanged(existing, content_hash)
 
 
 def skipped_unchanged(report: DocumentReport, existing: dict[str, Any]) -> DocumentReport:
