@@ -65,7 +65,7 @@ from context_engine.storage import repository as repo
 from context_engine.storage import stored_text
 from context_engine.storage.predicates import ReadScope
 from context_engine.validation import check_json_object, check_text
-from context_engine.write_access import WriteAccess, WritePolicy
+from context_engine.write_access import WriteAccess, WritePolicy, WriteTarget
 
 if TYPE_CHECKING:
     from context_engine.ingest.bulk import BulkReport
@@ -1163,6 +1163,9 @@ class ContextEngine:
         from context_engine.graph.document import extract_document
 
         doc = await self.get_document(document_id, principals=principals, include_text=False)
+        # it rewrites the document's graph facts (and spends model calls): a write, not a read
+        target = WriteTarget(doc.id, doc.source_id, doc.name, tuple(doc.acl))
+        self.services.write_access.check(target, resolve(principals))  # type: ignore[arg-type]
         return await extract_document(self.services, doc.id)
 
     async def repair_graph(self, document_id: str) -> Any:
