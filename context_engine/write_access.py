@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from context_engine.errors import Forbidden
 
@@ -64,8 +65,7 @@ class WriteAccess:
             raise Forbidden(REFUSAL)
 
 
-def target_of(row: dict[str, object]) -> WriteTarget:
+def target_of(row: dict[str, Any]) -> WriteTarget:
     """A :class:`WriteTarget` from a document row (``id``, ``source_id``, ``name``, ``acl``)."""
-    acl = row.get("acl") or ()
-    assert isinstance(acl, Sequence)
+    acl: Sequence[str] = row.get("acl") or ()
     return WriteTarget(str(row["id"]), str(row["source_id"]), str(row["name"]), tuple(str(a) for a in acl))
