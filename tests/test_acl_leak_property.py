@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from context_engine import TRUSTED, ContextEngine, NotFound
 from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.knowledge.provider import KnowledgeScope, local_knowledge
 from tests.conftest import make_config
 
 GROUPS = ("g1", "g2", "g3")
@@ -147,6 +148,13 @@ async def test_history_reads_apply_the_acl_of_then_and_of_now(
             "zebra", principals=caller, expand=False, rerank=False, top_k=20, as_of=r0
         )
         assert {m.source_id for m in answer.matches} == expected
+        provider = local_knowledge(engine)
+        ceiling = KnowledgeScope(source_ids=("default",), principals=tuple(caller))
+        past = await provider.search(ceiling, "zebra", k=20, as_of=r0)
+        assert past.ok and past.value is not None and {h.doc_id for h in past.value} == expected
+        for doc_id in then:
+            got = await provider.get(ceiling, doc_id, "1")
+            assert got.ok == (doc_id in expected)
         for doc_id in then:
             reads = [
                 lambda d=doc_id, c=caller: engine.get_document(d, principals=c, as_of=r0),
