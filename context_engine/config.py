@@ -471,6 +471,15 @@ class GraphConfig(BaseModel):
     max_query_entities: int = Field(default=30, ge=1, le=500)
 
 
+class AccessConfig(BaseModel):
+    """Write permission beyond the default rule (``context_engine.write_access``)."""
+
+    model_config = _STRICT
+
+    #: principals that may change or delete documents with an empty ACL (besides trusted callers)
+    writers: list[str] = Field(default_factory=list)
+
+
 class ContextEngineConfig(BaseSettings):
     """All settings. ``database_url=None`` starts an embedded PostgreSQL in ``storage.data_dir``."""
 
@@ -496,6 +505,8 @@ class ContextEngineConfig(BaseSettings):
     #: transcribes scanned PDF pages and images to Markdown at ingest; ``None`` = the text layer, then Tesseract
     vision_llm: VisionLLMConfig | None = None
     knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
+    #: who may change public documents (``access.writers``)
+    access: AccessConfig = Field(default_factory=AccessConfig)
     #: ``compute``: generated code over stored spreadsheets, off unless ``enable_code_execution``
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     #: graph mode (``ingest(mode="graph")``, ``search(mode="graph")``, the graph actions)

@@ -65,6 +65,7 @@ from context_engine.storage import repository as repo
 from context_engine.storage import stored_text
 from context_engine.storage.predicates import ReadScope
 from context_engine.validation import check_json_object, check_text
+from context_engine.write_access import WriteAccess, WritePolicy, WriteTarget
 
 if TYPE_CHECKING:
     from context_engine.ingest.bulk import BulkReport
@@ -87,10 +88,17 @@ class ContextEngine:
         hooks: Hooks | None = None,
         code_runner: Any = None,
         mcp_resolver: Any = None,
+        write_policy: WritePolicy | None = None,
     ):
-        #: what the pipelines behind this front door share (one pool, one embedder); views share it too
+        #: what the pipelines behind this front door share (one pool, one embedder); views share it too.
+        #: ``write_policy`` (``context_engine.write_access``) decides who may change a stored document
+        #: before the default rule; ``access.writers`` in the config lists who may change public ones.
         self.services = Services(
-            config or ContextEngineConfig(), http_client_factory=http_client_factory, embedder=embedder, hooks=hooks
+            config or ContextEngineConfig(),
+            http_client_factory=http_client_factory,
+            embedder=embedder,
+            hooks=hooks,
+            write_policy=write_policy,
         )
         self._retriever = Retriever(self.services)
         #: function tools registered on this engine (kept on the root; views share them)
@@ -475,6 +483,7 @@ class ContextEngine:
         consistency: Consistency = "replica",
         min_revision: int | None = None,
         mode: str | None = None,
+        explain: bool = False,
     ) -> SearchResult:
         """Hybrid search: every registered leg (full-text, trigram, vector, ...) fused by ``fusion.method``.
 
@@ -482,6 +491,10 @@ class ContextEngine:
         ``"hybrid"`` leaves it out; ``"graph"`` asks for it and raises when this deployment has no
         graph. ``usage["mode"]`` / ``usage["mode_used"]`` say what was asked and what ran, and
         ``usage["graph"]["reason"]`` why (one of ``GRAPH_REASONS``).
+
+        ``usage["vector_plan"]`` (the planner's choice and its figures, which are sized by the whole
+        index) is reported to a trusted caller only, or with ``explain=True``: a host's own
+        diagnostics, never to be passed on to the caller whose principals the search ran with.
 
         ``as_of`` searches the store as it was at that revision (``None``: the current one).
         With read replicas configured the search runs on one (``usage["read_from"]`` names the server):
@@ -513,7 +526,7 @@ class ContextEngine:
             raise InvalidRequest(f"compress_to_tokens must be an integer between 1 and {MAX_COMPRESS_TOKENS}")
 
         async def read() -> SearchResult:
-            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of)
+            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of, trusted=caller is None)
             scope = ReadScope(caller, sources, documents, as_of=revision)
             return await run_search(
                 self._retriever,
@@ -530,6 +543,8 @@ class ContextEngine:
             read, consistency=consistency, as_of=as_of, min_revision=min_revision
         )
         result.usage["read_from"] = server
+        if caller is not None and not explain:  # its figures count rows of every tenant
+            result.usage.pop("vector_plan", None)
         return result
 
     # ------------------------------------------------------------------ documents
@@ -559,7 +574,7 @@ class ContextEngine:
 
         async def read() -> dict[str, Any] | None:
             db = await self.services.read_db()
-            scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of))
+            scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of, trusted=caller is None))
             return await repo.get_document(db, doc_id, scope, with_text=include_text, version=version)
 
         where = "primary" if version is not None and consistency == "replica" else consistency
@@ -614,7 +629,7 @@ class ContextEngine:
 
         async def read() -> list[dict[str, Any]]:
             db = await self.services.read_db()
-            scope = ReadScope(caller, sources, as_of=await revisions_as_of.resolve(db, as_of))
+            scope = ReadScope(caller, sources, as_of=await revisions_as_of.resolve(db, as_of, trusted=caller is None))
             return await repo.list_documents(db, scope, limit=limit + 1, after=after)
 
         rows, _ = await self.services.reading(read, consistency=consistency, as_of=as_of, min_revision=min_revision)
@@ -650,7 +665,13 @@ class ContextEngine:
         db = await self._ready()
         try:
             revision = await repo.update_document(
-                db, doc_id, ReadScope(caller), acl=acl_list, attributes=attributes, name=name
+                db,
+                doc_id,
+                ReadScope(caller),
+                acl=acl_list,
+                attributes=attributes,
+                name=name,
+                access=self.services.write_access,
             )
         except Exception as exc:
             if "ux_ce_documents_identity" in str(exc):
@@ -682,9 +703,11 @@ class ContextEngine:
         doc_id = _check_uuid(document_id)
         db = await self._ready()
         if idempotency_key is None:
-            revision = await repo.delete_document(db, doc_id, ReadScope(caller))
+            revision = await repo.delete_document(db, doc_id, ReadScope(caller), self.services.write_access)
         else:
-            revision = await _keyed_delete(db, doc_id, caller, idempotency.check_key(idempotency_key))
+            revision = await _keyed_delete(
+                db, doc_id, caller, idempotency.check_key(idempotency_key), self.services.write_access
+            )
         if revision is None:
             raise NotFound(f"document {document_id} not found")
         await self.repair_graph(doc_id)  # frequencies, orphans, touched communities (one query without a graph)
@@ -704,7 +727,8 @@ class ContextEngine:
     ) -> Stats:
         caller = resolve(principals)  # type: ignore[arg-type]
         db = await self._ready()
-        scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=await revisions_as_of.resolve(db, as_of))
+        revision = await revisions_as_of.resolve(db, as_of, trusted=caller is None)
+        scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=revision)
         return Stats(**await repo.stats(db, scope))
 
     # ------------------------------------------------------------------ knowledge
@@ -743,7 +767,7 @@ class ContextEngine:
         sources = _check_ids("source_ids", source_ids)
 
         async def read() -> KnowledgeResult:
-            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of)
+            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of, trusted=caller is None)
             return await knowledge_query(
                 self._retriever,
                 self._redactor(caller, redaction, redaction_secret_key),
@@ -1163,6 +1187,9 @@ class ContextEngine:
         from context_engine.graph.document import extract_document
 
         doc = await self.get_document(document_id, principals=principals, include_text=False)
+        # it rewrites the document's graph facts (and spends model calls): a write, not a read
+        target = WriteTarget(doc.id, doc.source_id, doc.name, tuple(doc.acl))
+        self.services.write_access.check(target, resolve(principals))  # type: ignore[arg-type]
         return await extract_document(self.services, doc.id)
 
     async def repair_graph(self, document_id: str) -> Any:
@@ -1209,7 +1236,9 @@ async def _keyed_ingest(
     return DocumentReport(**outcome.result)
 
 
-async def _keyed_delete(db: AsyncEngine, document_id: str, caller: tuple[str, ...] | None, key: str) -> int | None:
+async def _keyed_delete(
+    db: AsyncEngine, document_id: str, caller: tuple[str, ...] | None, key: str, access: WriteAccess
+) -> int | None:
     """One delete per (source, key); a retry answers the first delete's revision if the caller
     could see the document just before it."""
     source_id = await repo.document_source(db, document_id)
@@ -1217,7 +1246,7 @@ async def _keyed_delete(db: AsyncEngine, document_id: str, caller: tuple[str, ..
         return None
 
     async def work() -> idempotency.Outcome:
-        revision = await repo.delete_document(db, document_id, ReadScope(caller))
+        revision = await repo.delete_document(db, document_id, ReadScope(caller), access)
         if revision is None:
             raise NotFound(f"document {document_id} not found")
         return idempotency.Outcome(document_id, None, revision, {"revision": revision}, replayed=False)

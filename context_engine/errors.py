@@ -49,14 +49,15 @@ class Forbidden(ContextEngineError):
 
 
 class NameTaken(ContextEngineError):
-    """A document already holds this (source, name): said the same whether the caller may read it or
-    not, so filing or renaming can never tell a hidden document from a visible one."""
+    """A document the caller may see already holds this (source, name, ACL), or a filing could name
+    more than one visible document. Names are unique per visibility, so a hidden document never
+    causes it (see ``context_engine.ingest.holders``)."""
 
     code = "conflict"
     status = 409
 
-    def __init__(self) -> None:
-        super().__init__("a document with that name already exists in this source")
+    def __init__(self, message: str = "a document with that name already exists in this source") -> None:
+        super().__init__(message)
 
 
 class IngestTooLarge(ContextEngineError):

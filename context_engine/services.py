@@ -32,6 +32,7 @@ from context_engine.storage.database import Database
 from context_engine.storage.migrate import migrate
 from context_engine.storage.replicas import ReadReplicas, pin, pinned, retry_on_writer
 from context_engine.storage.repository import current_revision
+from context_engine.write_access import WriteAccess, WritePolicy
 
 if TYPE_CHECKING:
     from context_engine.ingest.extractors.vision import PageTranscriber
@@ -56,8 +57,11 @@ class Services:
         http_client_factory: HttpClientFactory | None = None,
         embedder: Embedder | None = None,
         hooks: Hooks | None = None,
+        write_policy: WritePolicy | None = None,
     ):
         self.config = config
+        #: who may change stored documents: one decision for every write path
+        self.write_access = WriteAccess(tuple(config.access.writers), write_policy)
         self.http_client_factory = http_client_factory
         self.hooks = hooks or Hooks()
         self.database = Database(config)

@@ -27,6 +27,16 @@ from typing import Any
 KNOWLEDGE_SCOPE = "knowledge"
 WINDOW_SECONDS = 60.0
 
+#: the paths that read or change the knowledge base: its passages (``/search``, ``/knowledge/query``),
+#: its documents and their history (``/documents...``) and its counts (``/stats``). One door to the
+#: same passages needs the same scope as every other, so they all need ``knowledge``.
+KNOWLEDGE_PATHS = ("/search", "/knowledge/", "/documents", "/stats")
+
+
+def scope_for(path: str) -> str | None:
+    """The scope the host's ``auth`` must grant for a route (``None``: no scope is asked)."""
+    return KNOWLEDGE_SCOPE if path.startswith(KNOWLEDGE_PATHS) else None
+
 
 def granted_scopes(auth_result: Any) -> frozenset[str] | None:
     """The scopes an ``auth`` result grants; ``None`` means every scope."""

@@ -26,7 +26,10 @@ from routing_core.schemas import NOT_BLANK, ErrorBody
 _ERRORS = {
     "400": "Invalid request (empty query, bound out of range, bad JSON or a wrong field type)",
     "401": "Missing or invalid credentials",
-    "403": "Forbidden: an ACL the caller does not hold, or credentials without the knowledge scope",
+    "403": (
+        "Forbidden: an ACL the caller does not hold, a document it may read but not change, "
+        "or credentials without the knowledge scope"
+    ),
     "404": "Not found, or not visible to the caller (the two are indistinguishable)",
     "413": "Body or file over the configured size",
     "429": "Rate limited (POST /knowledge/query); see the Retry-After header",

@@ -7,6 +7,7 @@ handlers never check them.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from context_engine.limits import (
     MAX_SOURCE_ID_CHARS,
 )
 from routing_core import handlers
-from routing_core.access import KNOWLEDGE_SCOPE
+from routing_core.access import KNOWLEDGE_SCOPE, scope_for
 from routing_core.call import Call
 from routing_core.http import CoreResponse
 from routing_core.params import QueryParam
@@ -125,7 +126,7 @@ class Route:
         return self.form_model is not None
 
 
-ROUTES: tuple[Route, ...] = (
+_TABLE: tuple[Route, ...] = (
     Route(
         "POST",
         "/documents",
@@ -283,6 +284,11 @@ ROUTES: tuple[Route, ...] = (
             ("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "next_cursor of the previous page"),
         ),
     ),
+)
+
+#: the route table, each route with the scope :func:`routing_core.access.scope_for` maps it to
+ROUTES: tuple[Route, ...] = tuple(
+    dataclasses.replace(r, scope=r.scope or scope_for(r.path)) if not r.public else r for r in _TABLE
 )
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from context_engine import TRUSTED, ContextEngine, NotFound
 from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.knowledge.provider import KnowledgeScope, local_knowledge
 from tests.conftest import make_config
 
 GROUPS = ("g1", "g2", "g3")
@@ -102,3 +103,74 @@ async def test_every_read_returns_exactly_what_the_acl_allows(
                     await engine.get_document(doc_id, principals=caller)
                 assert (hidden.value.status, hidden.value.code) == (absent.value.status, absent.value.code)
                 assert hidden.value.message.replace(doc_id, "ID") == absent.value.message.replace(missing, "ID")
+
+
+changes = st.lists(st.one_of(st.frozensets(st.sampled_from(GROUPS), max_size=2), st.none()), min_size=1, max_size=7)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(corpus=documents, later=changes, who=callers)
+async def test_history_reads_apply_the_acl_of_then_and_of_now(
+    leak_engine: ContextEngine,
+    corpus: list[tuple[frozenset[str], list[str]]],
+    later: list[frozenset[str] | None],
+    who: list[frozenset[str]],
+) -> None:
+    """After a re-ACL (``frozenset``) or a delete (``None``) of each document, every history read
+    as of the first revision (search, list, get as of it and by version, versions, stats, knowledge
+    query) shows a document only to a caller who could read it then and can read it now."""
+    engine = leak_engine
+    for doc in (await engine.list_documents(principals=TRUSTED, limit=500)).documents:
+        await engine.delete_document(doc.id, principals=TRUSTED)
+    then: dict[str, frozenset[str]] = {}
+    for i, (acl, words) in enumerate(corpus):
+        text = " ".join(["zebra", *words, f"item{i}"])
+        report = await engine.ingest(text=text, name=f"h{i}.md", acl=sorted(acl))
+        then[report.documents[0].document_id] = acl  # type: ignore[index]
+    r0 = await engine.revision()
+    now: dict[str, frozenset[str]] = dict(then)
+    for doc_id, change in zip(then, later, strict=False):
+        if change is None:
+            await engine.delete_document(doc_id, principals=TRUSTED)  # judged under its last ACL
+        else:
+            await engine.update_document(doc_id, acl=sorted(change), principals=TRUSTED)
+            now[doc_id] = change
+    for principals in who:
+        caller = sorted(principals)
+        expected = {d for d in then if visible(then[d], principals) and visible(now[d], principals)}
+        found = await engine.search("zebra", principals=caller, top_k=100, as_of=r0)
+        assert {h.document_id for h in found.hits} == expected
+        listed = await engine.list_documents(principals=caller, limit=500, as_of=r0)
+        assert sorted(d.id for d in listed.documents) == sorted(expected)
+        stats = await engine.stats(principals=caller, as_of=r0)
+        assert (stats.documents, stats.chunks) == (len(expected), len(expected))
+        answer = await engine.knowledge_query(
+            "zebra", principals=caller, expand=False, rerank=False, top_k=20, as_of=r0
+        )
+        assert {m.source_id for m in answer.matches} == expected
+        provider = local_knowledge(engine)
+        ceiling = KnowledgeScope(source_ids=("default",), principals=tuple(caller))
+        past = await provider.search(ceiling, "zebra", k=20, as_of=r0)
+        assert past.ok and past.value is not None and {h.doc_id for h in past.value} == expected
+        for doc_id in then:
+            got = await provider.get(ceiling, doc_id, "1")
+            assert got.ok == (doc_id in expected)
+        for doc_id in then:
+            reads = [
+                lambda d=doc_id, c=caller: engine.get_document(d, principals=c, as_of=r0),
+                lambda d=doc_id, c=caller: engine.get_document(d, principals=c, version=1),
+                lambda d=doc_id, c=caller: engine.document_versions(d, principals=c),
+            ]
+            if doc_id in expected:
+                assert (await reads[0]()).id == doc_id
+                assert (await reads[1]()).version == 1
+                assert 1 in [v.version for v in await reads[2]()]
+                continue
+            for read in reads[:2]:
+                with pytest.raises(NotFound):
+                    await read()
+            if not visible(now[doc_id], principals):
+                with pytest.raises(NotFound):
+                    await reads[2]()
+            else:  # readable now (re-ACLed to the caller), not then: only the versions of now are listed
+                assert 1 not in [v.version for v in await reads[2]()]

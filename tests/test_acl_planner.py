@@ -132,7 +132,7 @@ async def test_engine_returns_the_oracle_rows_where_a_post_filter_comes_back_sho
 
     truth = await oracle(sql, vector, scope, 10)
     assert len(truth) == 10
-    result = await eng.search(QUERY, principals=[FAR], top_k=10)
+    result = await eng.search(QUERY, principals=[FAR], top_k=10, explain=True)
     assert [h.chunk_id for h in result.hits] == truth
     assert all(h.document_name == f"{FAR}.txt" for h in result.hits)
     plan = result.usage["vector_plan"]
@@ -147,13 +147,13 @@ async def test_above_the_threshold_the_forced_iterative_index_scan_still_returns
     storage = {"auto_migrate": True, "ann_exact_threshold": 5}
     # a 2% slice is too thin for a probe of 50 candidates: recall first scans it exactly
     async with ContextEngine(make_config(database_url, fusion=VECTOR_ONLY, storage=storage)) as eng:
-        result = await eng.search(QUERY, principals=[FAR], top_k=10)
+        result = await eng.search(QUERY, principals=[FAR], top_k=10, explain=True)
     assert result.usage["vector_plan"]["plan"] == "exact"
     assert [h.chunk_id for h in result.hits] == await oracle(sql, vector, ReadScope((FAR,)), 10)
     # latency first: the iterative index scan, its budget raised above pgvector's default of 20,000 tuples
     config = make_config(database_url, fusion=VECTOR_ONLY, storage=storage | {"ann_priority": "latency"})
     async with ContextEngine(config) as eng:
-        result = await eng.search(QUERY, principals=[FAR], top_k=10)
+        result = await eng.search(QUERY, principals=[FAR], top_k=10, explain=True)
     plan = result.usage["vector_plan"]
     assert plan["plan"] == "ann" and plan["eligible_rows"] == 24
     assert plan["ef_search"] == planner.SPREAD_EF_SEARCH and plan["max_scan_tuples"] >= planner.DEFAULT_MAX_SCAN_TUPLES

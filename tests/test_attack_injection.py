@@ -204,7 +204,9 @@ def test_invalid_utf8_in_a_multipart_field_is_decoded_lossily_and_reads_back(api
 
     What reaches the route is then valid text: it is stored as decoded and reads back the same.
     """
-    body, content_type = multipart({"name": "PLACEHOLDER"}, {"file": ("utf8.md", b"# Note\n\nText.", "text/markdown")})
+    body, content_type = multipart(
+        {"name": "PLACEHOLDER", "acl": "group:hr"}, {"file": ("utf8.md", b"# Note\n\nText.", "text/markdown")}
+    )
     created = api("POST", "/documents", body.replace(b"PLACEHOLDER", b"a\xff\xfeb"), content_type)
     assert created.status == 201, created.body
     (doc,) = created.body["documents"]
@@ -260,7 +262,9 @@ def test_metacharacters_are_stored_verbatim_as_values(api: Api) -> None:
     created = api(
         "POST",
         "/documents",
-        json.dumps({"text": "Metacharacters as data.", "name": name, "source_id": METACHARACTERS[0]}).encode(),
+        json.dumps(
+            {"text": "Metacharacters as data.", "name": name, "source_id": METACHARACTERS[0], "acl": ["group:hr"]}
+        ).encode(),
         "application/json",
     )
     assert created.status == 201, created.body

@@ -425,9 +425,9 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     r["list_failed"] = call("GET", "/documents", who="!trusted", query={"source_id": "broken"})
     r["get_failed"] = call("GET", f"/documents/{failed_id}", who="!trusted", query={"include_text": "false"})
 
-    # a rename onto a name its source already holds
+    # a rename onto a name its source already holds under the same ACL (names are unique per visibility)
     r["patch_rename_conflict"] = call(
-        "PATCH", f"/documents/{hr_id}", who="!trusted", json_body={"name": "holidays.html"}
+        "PATCH", f"/documents/{hr_id}", who="!trusted", json_body={"name": "holidays.html", "acl": []}
     )
 
     # history: the versions a caller may see, and a read as of an earlier revision

@@ -154,7 +154,9 @@ async def test_update_acl_moves_visibility_and_needs_held_acl(engine: ContextEng
     ids = await _corpus(engine)
     with pytest.raises(Forbidden):
         await engine.update_document(ids["holidays"], principals=["group:hr"], acl=["group:eng"])
-    await engine.update_document(ids["holidays"], principals=["group:hr"], acl=["group:hr"])
+    with pytest.raises(Forbidden):  # readable is not writable: a public document is not HR's to restrict
+        await engine.update_document(ids["holidays"], principals=["group:hr"], acl=["group:hr"])
+    await engine.update_document(ids["holidays"], principals=TRUSTED, acl=["group:hr"])
     anon = await engine.search("holidays Christmas", principals=[], top_k=10)
     assert anon.hits == []
     hr = await engine.search("holidays Christmas", principals=["group:hr"], top_k=10)

@@ -201,6 +201,17 @@ def run_scenario(send: Send) -> dict[str, Reply]:
     r["unauthenticated"] = call({"query": "lease"}, token=None)
     r["wrong_token"] = call({"query": "lease"}, token="nope")
     r["scope_denied"] = call({"query": "lease"}, token="search-only")
+    # the same passages through every other door need the same scope (routing_core.access.scope_for)
+    search_only = {"Content-Type": "application/json", "Authorization": "Bearer search-only"}
+    r["search_scope_denied"] = send("POST", "/context/search", json.dumps({"query": "lease"}).encode(), search_only)
+    r["list_scope_denied"] = send("GET", "/context/documents", None, search_only)
+    r["stats_scope_denied"] = send("GET", "/context/stats", None, search_only)
+    r["search_with_scope"] = send(
+        "POST",
+        "/context/search",
+        json.dumps({"query": "lease"}).encode(),
+        {"Content-Type": "application/json", "Authorization": "Bearer knowledge-string"},
+    )
     r["scope_string"] = call({"query": "lease", "expand": False, "rerank": False}, token="knowledge-string")
     r["scope_object"] = call({"query": "lease", "expand": False, "rerank": False}, token="knowledge-object")
     for n in range(1, LIMIT + 1):
@@ -300,6 +311,9 @@ def test_the_acl_applies_and_an_empty_answer_is_200(t: Transcript) -> None:
         ("unauthenticated", (401, "unauthorized", "missing or invalid credentials")),
         ("wrong_token", (401, "unauthorized", "missing or invalid credentials")),
         ("scope_denied", (403, "scope_denied", "these credentials lack the 'knowledge' scope")),
+        ("search_scope_denied", (403, "scope_denied", "these credentials lack the 'knowledge' scope")),
+        ("list_scope_denied", (403, "scope_denied", "these credentials lack the 'knowledge' scope")),
+        ("stats_scope_denied", (403, "scope_denied", "these credentials lack the 'knowledge' scope")),
     ],
 )
 def test_refusals(t: Transcript, step: str, expected: tuple[int, str, str]) -> None:
@@ -310,7 +324,7 @@ def test_invalid_json_is_400(t: Transcript) -> None:
     assert err(t["bad_json"])[:2] == (400, "invalid_json")
 
 
-@pytest.mark.parametrize("step", ["scope_string", "scope_object"])
+@pytest.mark.parametrize("step", ["scope_string", "scope_object", "search_with_scope"])
 def test_the_knowledge_scope_admits(t: Transcript, step: str) -> None:
     assert t[step].status == 200, t[step].body
 

@@ -220,8 +220,30 @@ async def test_cli_serves_one_database_anonymously(module_database: str, corpus:
 
 
 async def test_host_header_checks_follow_allowed_hosts(tool_engine: ContextEngine, corpus: Corpus) -> None:
-    """Behind the host's own server any Host reaches the tool; with allowed_hosts, only those do."""
-    open_app = create_mcp_app(tool_engine, principals=[], scope=["hr"])
+    """By default only the loopback names reach the tool (DNS rebinding); a listed name does too;
+    ``allowed_hosts=None`` leaves the decision to the host's own server."""
+    default = create_mcp_app(tool_engine, principals=[], scope=["hr"])
+    with serve(default) as base:
+        assert names(await call(base + "/mcp", {"action": "list"})) == {"holidays.txt"}
+        async with httpx.AsyncClient() as http:
+            rebound = await http.post(
+                base + "/mcp",
+                headers={"host": "attacker.example", "content-type": "application/json",
+                         "accept": "application/json, text/event-stream"},
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+            )
+            foreign = await http.post(
+                base + "/mcp",
+                headers={"origin": "http://attacker.example", "content-type": "application/json",
+                         "accept": "application/json, text/event-stream"},
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+            )
+    assert rebound.status_code == 421 and foreign.status_code == 403
+    named = create_mcp_app(tool_engine, principals=[], scope=["hr"], allowed_hosts=["knowledge.example.com"])
+    with serve(named) as base:
+        answer = await call(base + "/mcp", {"action": "list"}, {"host": "knowledge.example.com"})
+    assert names(answer) == {"holidays.txt"}
+    open_app = create_mcp_app(tool_engine, principals=[], scope=["hr"], allowed_hosts=None)
     with serve(open_app) as base:
         answer = await call(base + "/mcp", {"action": "list"}, {"host": "knowledge.example.com"})
     assert names(answer) == {"holidays.txt"}

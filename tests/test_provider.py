@@ -24,7 +24,9 @@ SCOPE = KnowledgeScope(source_ids=("run-docs",), principals=("agent",))
 
 @pytest.fixture
 async def kb(database_url: str) -> AsyncIterator[LocalKnowledge]:
-    async with ContextEngine(make_config(database_url), embedder=WordEmbedder()) as engine:
+    config = make_config(database_url)
+    config.access.writers = ["agent"]  # the agent files public documents and may change them (write_access)
+    async with ContextEngine(config, embedder=WordEmbedder()) as engine:
         yield local_knowledge(engine)
 
 

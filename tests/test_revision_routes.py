@@ -21,7 +21,8 @@ def transcript(adapter: str, pg_base_url: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
         with CLIENTS[adapter](engine, auth, principals) as send:
             call = Caller(send)
-            made = call("POST", "/documents", json_body={"text": "Tide tables for the harbour.", "name": "tides.md"})
+            made = call("POST", "/documents", json_body={
+                "text": "Tide tables for the harbour.", "name": "tides.md", "acl": ["group:hr"]})
             doc_id = made.body["documents"][0]["document_id"]
             before = made.body["documents"][0]["revision"]
             out["renamed"] = call("PATCH", f"/documents/{doc_id}", json_body={"name": "tides-2026.md"})
@@ -36,7 +37,9 @@ def transcript(adapter: str, pg_base_url: str) -> dict[str, Any]:
             out["knowledge_then"] = call(
                 "POST", "/knowledge/query", json_body={"query": "harbour tides", "asOf": before, "expand": False}
             )
-            out["future"] = call("POST", "/search", json_body={"query": "harbour", "as_of": 10_000})
+            out["future"] = call("POST", "/search", who="!trusted", json_body={"query": "harbour", "as_of": 10_000})
+            # a caller is not told the store's revision: ahead of it reads the current store
+            out["future_caller"] = call("POST", "/search", json_body={"query": "harbour", "as_of": 10_000})
             out["negative"] = call("GET", "/documents", query={"as_of": -1})
     return out
 
@@ -57,6 +60,7 @@ def test_history_over_http(transcripts: dict[str, dict[str, Any]]) -> None:
         assert t["search_now"].body["hits"] == []
         assert [m["sourceName"] for m in t["knowledge_then"].body["matches"]] == ["tides.md"]
         assert t["future"].status == 400 and "beyond the current revision" in t["future"].body["error"]["message"]
+        assert t["future_caller"].status == 200 and t["future_caller"].body["hits"] == t["search_now"].body["hits"]
         assert t["negative"].status == 400
     bodies = {a: {k: r.status for k, r in t.items()} for a, t in transcripts.items()}
     assert bodies["fastapi"] == bodies["flask"] == bodies["django"]

@@ -1,10 +1,14 @@
-"""Property: a read as of revision r answers what a fresh store built from the operations up to r answers.
+"""Property: a read as of revision r answers what a fresh store built from the operations up to r
+answers, less the documents the reader may no longer read today.
 
 Random sequences of ingest (new documents and new versions), ACL changes, renames and deletes run on
 one store, recording the revision after each step. Then, for every recorded revision, a second store
 is rebuilt from the operations up to that step, and search, list, get and stats as of the revision
 on the first store must equal the same calls on the rebuilt one: same documents, same chunks, same
-scores, same ACL outcome for each principal.
+scores, same ACL outcome for each principal. Revocation reaches history: for each reader, the rebuilt
+store first drops every document whose ACL of today (its last ACL, once deleted) the reader does not
+hold, so what a later restriction hides is hidden from every past revision too, BM25 statistics
+included.
 """
 
 from __future__ import annotations
@@ -106,10 +110,14 @@ async def _bm25(eng: ContextEngine, query: str, reader: Any, as_of: int | None) 
     )
 
 
-async def _observe(eng: ContextEngine, as_of: int | None, doc_ids: list[str]) -> dict[str, Any]:
+async def _observe(
+    eng: ContextEngine, as_of: int | None, doc_ids: list[str], readers: list[int] | None = None
+) -> dict[str, Any]:
     """Everything the read paths answer, in a form that does not depend on document ids."""
     seen: dict[str, Any] = {}
     for i, reader in enumerate(READERS):
+        if readers is not None and i not in readers:
+            continue
         for query in QUERIES:
             seen[f"bm25 {i} {query}"] = await _bm25(eng, query, reader, as_of)
             result = await eng.search(query, principals=reader, top_k=20, as_of=as_of)
@@ -141,6 +149,41 @@ async def _all_ids(eng: ContextEngine) -> list[str]:
         return [str(r[0]) for r in rows]
 
 
+async def _acl_today(eng: ContextEngine) -> list[list[str]]:
+    """Each document's ACL of today (the last one it had, once deleted), in the order the documents
+    were created: the same order in a store rebuilt from a prefix of the operations."""
+    async with (await eng.database()).connect() as conn:
+        from sqlalchemy import text
+
+        rows = await conn.execute(
+            text(
+                "SELECT coalesce(d.acl, (SELECT l.acl FROM ce_document_versions l WHERE l.document_id = f.document_id "
+                "ORDER BY l.version DESC LIMIT 1)) FROM ce_document_versions f "
+                "LEFT JOIN ce_documents d ON d.id = f.document_id WHERE f.version = 1 ORDER BY f.valid_from"
+            )
+        )
+        return [list(r[0]) for r in rows]
+
+
+async def _created(eng: ContextEngine) -> list[str]:
+    """The rebuilt store's document ids in creation order."""
+    async with (await eng.database()).connect() as conn:
+        from sqlalchemy import text
+
+        rows = await conn.execute(
+            text("SELECT CAST(document_id AS text) FROM ce_document_versions WHERE version = 1 ORDER BY valid_from")
+        )
+        return [str(r[0]) for r in rows]
+
+
+def _revoked_for(reader: Any, today: list[list[str]]) -> frozenset[int]:
+    """Creation indexes of the documents ``reader`` may not read today."""
+    if reader is TRUSTED:
+        return frozenset()
+    held = set(reader)
+    return frozenset(i for i, acl in enumerate(today) if acl and not held & set(acl))
+
+
 async def _check(history_url: str, fresh_url: str, ops: list[tuple[Any, ...]]) -> None:
     embedder = WordEmbedder()
     async with ContextEngine(make_config(history_url), embedder=embedder) as history:
@@ -152,6 +195,7 @@ async def _check(history_url: str, fresh_url: str, ops: list[tuple[Any, ...]]) -
             await _apply(history, op, names)
             recorded.append((await history.revision(), step + 1))
         history_ids = await _all_ids(history)
+        today = await _acl_today(history)
         checked: set[int] = set()
         async with ContextEngine(make_config(fresh_url), embedder=embedder) as fresh:
             await fresh.revision()
@@ -159,14 +203,24 @@ async def _check(history_url: str, fresh_url: str, ops: list[tuple[Any, ...]]) -
                 if revision in checked:
                     continue
                 checked.add(revision)
-                _reset(fresh_url)
-                fresh_names = list(NAMES)
-                for op in ops[:steps]:
-                    await _apply(fresh, op, fresh_names)
-                assert await fresh.revision() == revision
-                expected = await _observe(fresh, None, await _all_ids(fresh))
-                actual = await _observe(history, revision, history_ids)
-                assert actual == expected, f"as of revision {revision} after {ops[:steps]}"
+                groups: dict[frozenset[int], list[int]] = {}
+                for i, reader in enumerate(READERS):
+                    groups.setdefault(_revoked_for(reader, today), []).append(i)
+                for revoked, readers in groups.items():
+                    _reset(fresh_url)
+                    fresh_names = list(NAMES)
+                    for op in ops[:steps]:
+                        await _apply(fresh, op, fresh_names)
+                    assert await fresh.revision() == revision
+                    ids = await _all_ids(fresh)
+                    created = await _created(fresh)
+                    live_ids = {d.id for d in (await fresh.list_documents(principals=TRUSTED, limit=500)).documents}
+                    for index in revoked:
+                        if index < len(created) and created[index] in live_ids:
+                            await fresh.delete_document(created[index], principals=TRUSTED)
+                    expected = await _observe(fresh, None, ids, readers)
+                    actual = await _observe(history, revision, history_ids, readers)
+                    assert actual == expected, f"as of revision {revision} after {ops[:steps]}, readers {readers}"
 
 
 @pytest.fixture

@@ -60,28 +60,52 @@ async def test_a_deleted_document_stays_readable_as_of_earlier_revisions(eng: Co
     assert [(v.version, v.valid_from, v.valid_to) for v in versions] == [(1, r1, deleted_at)]
 
 
-async def test_an_acl_change_is_history_so_a_past_read_applies_the_past_acl(eng: ContextEngine) -> None:
+async def test_an_acl_change_is_history_so_a_past_read_applies_the_acl_of_then_and_of_now(eng: ContextEngine) -> None:
     doc, r1 = await _ingest(eng, "plan.md", "The quarterly roadmap lists the launch dates.", acl=["team-a"])
     updated = await eng.update_document(doc, acl=["team-b"])
     r2 = updated.revision
     assert updated.version == 2 and r2 > r1
-    as_a = ["team-a"]
+    as_a, as_b, both = ["team-a"], ["team-b"], ["team-a", "team-b"]
     assert (await eng.search("quarterly roadmap", principals=as_a)).hits == []
-    past = await eng.search("quarterly roadmap", principals=as_a, as_of=r1)
+    # team-a could read it at r1 but was revoked since: its past is closed to team-a too
+    assert (await eng.search("quarterly roadmap", principals=as_a, as_of=r1)).hits == []
+    # team-b may read it now but could not then
+    assert (await eng.search("quarterly roadmap", principals=as_b, as_of=r1)).hits == []
+    past = await eng.search("quarterly roadmap", principals=both, as_of=r1)
     assert [h.document_id for h in past.hits] == [doc]
-    assert (await eng.search("quarterly roadmap", principals=["team-b"], as_of=r1)).hits == []
-    assert (await eng.get_document(doc, principals=as_a, as_of=r1)).acl == ["team-a"]
+    assert (await eng.get_document(doc, principals=both, as_of=r1)).acl == ["team-a"]
+    for who in (as_a, as_b):
+        with pytest.raises(NotFound):
+            await eng.get_document(doc, principals=who, version=1)
+        with pytest.raises(NotFound):
+            await eng.get_document(doc, principals=who, as_of=r1)
     with pytest.raises(NotFound):
         await eng.get_document(doc, principals=as_a)
-    with pytest.raises(NotFound):
-        await eng.get_document(doc, principals=["team-b"], version=1)
-    v1 = await eng.get_document(doc, principals=as_a, version=1)
+    v1 = await eng.get_document(doc, principals=both, version=1)
     assert v1.text == "The quarterly roadmap lists the launch dates." and v1.acl == ["team-a"]
-    assert [v.version for v in await eng.document_versions(doc, principals=as_a)] == [1]
+    with pytest.raises(NotFound):
+        await eng.document_versions(doc, principals=as_a)
+    assert [v.version for v in await eng.document_versions(doc, principals=as_b)] == [2]
+    assert [v.version for v in await eng.document_versions(doc, principals=both)] == [1, 2]
     assert [v.version for v in await eng.document_versions(doc)] == [1, 2]
     # the vectors were copied with the rows: the new version is found by the vector leg as well
-    found = await eng.search("quarterly roadmap", principals=["team-b"])
+    found = await eng.search("quarterly roadmap", principals=as_b)
     assert found.hits and "vector" in found.hits[0].matched_by
+
+
+async def test_a_deleted_document_keeps_its_last_acl_for_history(eng: ContextEngine) -> None:
+    doc, r1 = await _ingest(eng, "memo.md", "The merger closes in spring.")
+    await eng.update_document(doc, acl=["group:exec"])
+    await eng.delete_document(doc)
+    for who in ([], ["group:staff"]):
+        assert (await eng.search("merger spring", principals=who, as_of=r1)).hits == []
+        assert (await eng.list_documents(principals=who, as_of=r1)).documents == []
+        assert (await eng.stats(principals=who, as_of=r1)).documents == 0
+        with pytest.raises(NotFound):
+            await eng.get_document(doc, principals=who, version=1)
+    assert [h.document_id for h in (await eng.search("merger spring", principals=["group:exec"], as_of=r1)).hits] == [
+        doc
+    ]
 
 
 async def test_a_rename_is_history(eng: ContextEngine) -> None:

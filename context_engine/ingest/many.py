@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, NameTaken, ProviderError
+from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent
-from context_engine.ingest import batching
+from context_engine.ingest import batching, holders
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pipeline import (
     UNNAMED,
@@ -48,7 +48,6 @@ from context_engine.ingest.pipeline import (
 from context_engine.ingest.pool_share import IngestShare, share_for
 from context_engine.models import FAILURE_MESSAGES, DocumentReport
 from context_engine.storage import repository as repo
-from context_engine.storage.predicates import ReadScope
 
 log = logging.getLogger("context_engine.ingest")
 
@@ -68,6 +67,11 @@ class Entry:
     single: bool = False
     prepared: Prepared | None = None
     start: int = 0
+
+    @property
+    def filing(self) -> holders.Filing:
+        """``(source_id, name, acl, content hash)``: what admission looks the entry's document up by."""
+        return (self.source_id, self.name or "", self.acl, self.prepared.content_hash if self.prepared else None)
 
     @property
     def identity(self) -> tuple[str, str]:
@@ -206,14 +210,12 @@ class BatchIngestor:
 
         try:
             async with share.begin() as conn:
-                found = await repo.find_identities(conn, [e.identity for e in entries])
-                ids = [str(f["id"]) for f in found.values()]
-                visible = await repo.visible_documents(conn, ids, ReadScope(caller))
+                access = services.write_access
+                found = await holders.holders(conn, [e.filing for e in entries], caller, access)
                 candidates = []
-                for entry in entries:
-                    existing = found.get(entry.identity)
-                    if existing is not None and str(existing["id"]) not in visible:
-                        results[entry.index] = NameTaken()  # nothing about the hidden holder
+                for entry, existing in zip(entries, found, strict=True):
+                    if isinstance(existing, ContextEngineError):
+                        results[entry.index] = existing  # ambiguous, or not the caller's to change
                     elif settle(entry, existing):
                         candidates.append(entry)
                 locked = await repo.try_identity_locks(conn, [e.identity for e in candidates])
@@ -222,13 +224,19 @@ class BatchIngestor:
                         results[entry.index] = _busy(reports[entry.index])
                 candidates = [e for e, got in zip(candidates, locked, strict=True) if got]
                 # re-read under the locks: another run may have finished since the first read
-                found = await repo.find_identities(conn, [e.identity for e in candidates], for_update=True)
-                to_write = [e for e in candidates if settle(e, found.get(e.identity))]
+                again = await holders.holders(conn, [e.filing for e in candidates], caller, access, for_update=True)
+                to_write, heads = [], []
+                for entry, existing in zip(candidates, again, strict=True):
+                    if isinstance(existing, ContextEngineError):
+                        results[entry.index] = existing
+                    elif settle(entry, existing):
+                        to_write.append(entry)
+                        heads.append(_head(entry, existing))
                 if not to_write:
                     return results, []
                 opened = await repo.open_versions(
                     conn,
-                    [_head(e, found.get(e.identity)) for e in to_write],
+                    heads,
                     lease_holder=holder,
                     lease_seconds=float(services.config.ingest.resume_stale_seconds),
                 )

@@ -27,11 +27,9 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, NameTaken, ProviderError
+from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
-from context_engine.ingest import batch_embedding, batching
+from context_engine.ingest import batch_embedding, batching, holders
 from context_engine.ingest.chunker import Chunk, chunk_units, normalise
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pool_share import IngestShare, share_for
@@ -39,7 +37,6 @@ from context_engine.models import FAILURE_MESSAGES, DocumentReport
 from context_engine.redaction.apply import IngestScrubber
 from context_engine.storage import repository as repo
 from context_engine.storage import stored_text
-from context_engine.storage.predicates import ReadScope
 
 if TYPE_CHECKING:
     from context_engine.ingest.extractors.vision import PageTranscriber
@@ -393,9 +390,9 @@ class Ingestor:
         busy = report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
         try:
             async with share.begin() as conn:
-                existing = await repo.find_by_identity(conn, source_id, name)
-                if existing is not None and not await self._visible_in(conn, str(existing["id"]), caller):
-                    raise NameTaken()  # the same answer as renaming onto a taken name: nothing about the hidden one
+                access = services.write_access
+                filing = (source_id, name, acl, prepared.content_hash)
+                existing = await holders.holder(conn, filing, caller, access)
                 if existing is not None and is_unchanged(existing, prepared.content_hash):
                     return skipped_unchanged(report, existing)
                 if existing is not None and existing["leased"]:
@@ -404,7 +401,7 @@ class Ingestor:
                 if not await repo.try_identity_lock(conn, source_id, name):
                     return busy
                 # re-read under the lock: another run may have finished since the first read
-                existing = await repo.find_by_identity(conn, source_id, name, for_update=True)
+                existing = await holders.holder(conn, filing, caller, access, for_update=True)
                 if existing is not None and is_unchanged(existing, prepared.content_hash):
                     return skipped_unchanged(report, existing)
                 if existing is not None and existing["leased"]:
@@ -723,15 +720,14 @@ class Ingestor:
         the same identity that a live run is writing or embedding is left alone."""
         mime = mime or "application/octet-stream"
         error = self.scrubber.text(error)
+        filing, access = (base.source_id, base.name, acl, None), self.services.write_access
         async with share.connect() as conn:
-            found = await repo.find_by_identity(conn, base.source_id, base.name)
-        if found is not None and not await self._visible(share, str(found["id"]), caller):
-            raise NameTaken()  # the same answer as renaming onto a taken name: nothing about the hidden one
+            await holders.holder(conn, filing, caller, access)
         busy = base.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
         async with share.begin() as conn:
             if not await repo.try_identity_lock(conn, base.source_id, base.name):
                 return busy
-            found = await repo.find_by_identity(conn, base.source_id, base.name, for_update=True)
+            found = await holders.holder(conn, filing, caller, access, for_update=True)
             if found is not None and found["leased"]:
                 return busy
             doc_id, revision = await repo.write_failed(
@@ -757,13 +753,6 @@ class Ingestor:
                 "mime": mime,
             }
         )
-
-    async def _visible_in(self, conn: AsyncConnection, document_id: str, caller: tuple[str, ...] | None) -> bool:
-        return document_id in await repo.visible_documents(conn, [document_id], ReadScope(caller))
-
-    async def _visible(self, share: IngestShare, document_id: str, caller: tuple[str, ...] | None) -> bool:
-        async with share.slot():
-            return await repo.get_document(share.pool, document_id, ReadScope(caller), with_text=False) is not None
 
 
 def page_items(
@@ -794,8 +783,7 @@ def ingest_usage(report: DocumentReport, *, embedded: int, reused: int, tokens: 
 
 
 def is_unchanged(existing: dict[str, Any], content_hash: str) -> bool:
-    # a document whose batch is still pending is on its way: offering it again does not pay twice
-    return existing["content_hash"] == content_hash and existing["status"] in ("completed", "batch_pending")
+    return holders.unchanged(existing, content_hash)
 
 
 def skipped_unchanged(report: DocumentReport, existing: dict[str, Any]) -> DocumentReport:

@@ -234,7 +234,12 @@ class LocalKnowledge:
         if outside:
             raise _Refused("scope_violation", f"sources {outside} are not in this scope")
         # pin the revision first, so the versions reported are those of the passages returned
-        revision = as_of if as_of is not None else await self.engine.revision()
+        current = await self.engine.revision()
+        revision = as_of if as_of is not None else current
+        if isinstance(revision, int) and not isinstance(revision, bool) and revision > current:
+            # the interface tells its host the store's one revision anyway (``revision``), so a
+            # pinned replay asking for a revision not reached yet is told so rather than read now
+            raise _Refused("invalid", f"as_of {revision} is beyond the current revision {current}")
         result = await self.engine.search(
             query, principals=self._principals(scope), source_ids=wanted, top_k=k, as_of=revision
         )

@@ -159,8 +159,15 @@ def _result(answer: dict[str, Any]) -> types.CallToolResult:
     )
 
 
+#: the Host headers a server reached only through the loopback interface answers (any port)
+LOOPBACK_HOSTS: tuple[str, ...] = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+
+
 def _host_checks(allowed_hosts: Sequence[str] | None) -> TransportSecuritySettings:
-    """The SDK's Host/Origin checks: on for the listed hosts, off when the host's own server decides."""
+    """The SDK's Host/Origin checks (DNS rebinding): on for the listed hosts; off only when the host
+    passes ``None`` on purpose because its own server already decides which Host reaches the app."""
+    if isinstance(allowed_hosts, str):
+        raise TypeError('allowed_hosts must be a list of "host:port" strings, not a single string')
     if allowed_hosts is None:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     hosts = list(allowed_hosts)
@@ -252,7 +259,7 @@ def create_mcp_app(
     secret_key: Any = None,
     compute: ComputeRunner | None = None,
     map_reduce: MapReduceRunner | None = None,
-    allowed_hosts: Sequence[str] | None = None,
+    allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS,
     approval_scope: Any = None,
 ) -> KnowledgeMcpApp:
     """Serve ``search_knowledge_base`` over MCP streamable HTTP (stateless, JSON responses).
@@ -261,8 +268,11 @@ def create_mcp_app(
     ids, a ``Scope`` or ``UNSCOPED``) are required: each is a value or a zero-argument callable,
     resolved on every call. A resolver that returns None fails that call with a model-facing error,
     so a missing resolver never opens the corpus. ``redaction`` / ``secret_key`` likewise.
-    ``allowed_hosts`` (``"host:port"``, ``*`` for any port) turns on the SDK's DNS-rebinding checks of
-    the Host and Origin headers; leave it None when the serving app already decides which hosts reach it.
+    ``allowed_hosts`` (``"host:port"``, ``*`` for any port) are the Host headers the SDK's DNS-rebinding
+    checks let through (Origin likewise, over http and https): by default the loopback names only, so
+    a web page on another origin cannot drive a local server through a rebound name. A server reached
+    by other names lists them; ``None`` turns the checks off, for an app whose own server already
+    refuses unknown Host headers (e.g. Django's ``ALLOWED_HOSTS``, Starlette's ``TrustedHostMiddleware``).
 
     ``search_tools`` and ``execute_tool`` (governed tools, :mod:`context_engine.tools`) are served
     beside it under the same principals; ``approval_scope`` (a value or zero-argument callable, never a

@@ -23,6 +23,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=None,
+        help='a Host header to answer, "name:port" or "name:*" (repeatable); default: the loopback names',
+    )
     return parser
 
 
@@ -41,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
     if args.database_url:
         config.database_url = args.database_url  # type: ignore[assignment]
     engine = ContextEngine(config)
-    local = args.host in ("127.0.0.1", "localhost", "::1")
-    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"] if local else None  # a local server refuses other Host headers
+    from context_engine.mcp.app import LOOPBACK_HOSTS
+
+    # every other Host header is refused (DNS rebinding); a server bound elsewhere names its hosts
+    hosts = list(LOOPBACK_HOSTS) + list(args.allowed_host or [])
     app = create_mcp_app(engine, principals=[], scope=UNSCOPED, allowed_hosts=hosts)
     where = "the embedded PostgreSQL server" if config.database_url is None else "the configured database"
     print(f"context-engine MCP server on http://{args.host}:{args.port}/mcp using {where}.", file=sys.stderr)

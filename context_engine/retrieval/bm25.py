@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from context_engine.retrieval import bm25_gate
 from context_engine.retrieval.bm25_gate import lexeme_query
-from context_engine.storage.predicates import live, visibility
+from context_engine.storage.predicates import live, readable_now, visibility
 
 #: chunks fully scored per result row asked for, ranked first by their upper bound (see :func:`rank`).
 #: On SciFact (``limit`` 50, a claim-length query matching ~3,250 of 9,198 chunks at the median)
@@ -293,6 +293,8 @@ async def _weights_as_of(
         counts.append(f"count(*) FILTER (WHERE c.tsv @@ CAST(:bm25_q{i} AS tsquery))::float8 AS df{i}")
         values.append(f"(CAST(:bm25_l{i} AS text), v.df{i})")
     visible = f"{live('c', stats, as_of)} AND {visibility('c', stats, **stats_scope)}"
+    if stats_scope.get("principals") is not None:  # a revoked document counts for nobody's past statistics
+        visible += " AND " + readable_now("c", stats, tuple(stats_scope["principals"]))
     statement = (
         "WITH v AS (SELECT count(*)::float8 AS n, coalesce(sum(c.tsv_tokens), 0)::float8 AS tokens, "
         f"{', '.join(counts)} FROM ce_chunks c WHERE {visible}) "

@@ -6,6 +6,9 @@ or counted. All values are bound parameters.
 Time is part of it: a chunk or version row is visible in the revisions ``[valid_from, valid_to)``.
 ``as_of=None`` reads the current revision (``valid_to IS NULL``, the condition the partial indexes
 are built on); an integer reads the store as it was right after that revision committed.
+
+A past row is read under two ACLs: the one it carried then (who could see it at that revision) and
+the document's ACL of today (:func:`readable_now`), so a revocation reaches every past revision.
 """
 
 from __future__ import annotations
@@ -39,6 +42,23 @@ def visibility(
         params["vis_documents"] = [str(d) for d in document_ids]
         parts.append(f"{alias}.{document_column} = ANY(CAST(:vis_documents AS uuid[]))")
     return " AND ".join(parts) if parts else "TRUE"
+
+
+def readable_now(alias: str, params: dict[str, Any], principals: tuple[str, ...], column: str = "document_id") -> str:
+    """True when the document of ``alias`` is readable by the caller today: under its current ACL,
+    or, once deleted, under the last ACL it had (its newest version's). A history row is shown only
+    when this holds as well as its own ACL of then: restricting a document restricts its past."""
+    params["vis_principals"] = list(principals)
+    ref = f"{alias}.{column}"
+    acl_now = (
+        f"coalesce((SELECT ce_now_d.acl FROM ce_documents ce_now_d WHERE ce_now_d.id = {ref}), "
+        f"(SELECT ce_now_v.acl FROM ce_document_versions ce_now_v WHERE ce_now_v.document_id = {ref} "
+        "ORDER BY ce_now_v.version DESC LIMIT 1))"
+    )
+    return (
+        "coalesce((SELECT ce_now.acl = '{}'::text[] OR ce_now.acl && CAST(:vis_principals AS text[]) "
+        f"FROM (SELECT {acl_now} AS acl) ce_now), false)"
+    )
 
 
 def live(alias: str, params: dict[str, Any], as_of: int | None) -> str:
@@ -83,6 +103,7 @@ class ReadScope:
             document_ids=self.document_ids,
         )
         base = self.live(alias, params) if base == "TRUE" else f"{self.live(alias, params)} AND {base}"
+        base += self.today(alias, params)
         if self.agent_id is None:
             return base
         params["agent_id"] = self.agent_id
@@ -116,4 +137,11 @@ class ReadScope:
             source_ids=self.source_ids,
             document_ids=self.document_ids,
         )
-        return f"{self.live(alias, params)} AND {base}"
+        return f"{self.live(alias, params)} AND {base}{self.today(alias, params)}"
+
+    def today(self, alias: str, params: dict[str, Any], *, history: bool | None = None) -> str:
+        """``" AND <readable now>"`` for a non-trusted read of history (``history``: a read of a
+        past version even at the current revision), else ``""``: a current row's ACL is today's."""
+        if self.principals is None or not (self.historical if history is None else history):
+            return ""
+        return " AND " + readable_now(alias, params, self.principals)

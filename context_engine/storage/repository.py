@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from context_engine.storage import bm25_stats
 from context_engine.storage.predicates import ReadScope, live, visibility
 from context_engine.storage.vectors import register_vector_types, vector_array
+from context_engine.write_access import WriteAccess, target_of
 
 _DOC_COLUMNS = (
     "id, name, source_id, mime, acl, attributes, status, failure_reason, error, version, "
@@ -666,6 +667,7 @@ async def get_document(
             where = "v.version = :ver AND " + visibility(
                 "v", params, principals=scope.principals, source_ids=scope.source_ids
             )
+            where += scope.today("v", params, history=True)
         else:
             where = scope.version_predicate("v", params)
         cols = _VERSION_COLUMNS + (_VERSION_TEXT if with_text else "")
@@ -680,6 +682,7 @@ async def document_versions(db: AsyncEngine, document_id: str, scope: ReadScope)
     with the revision range ``[valid_from, valid_to)`` it is visible in."""
     params: dict[str, Any] = {"id": document_id}
     where = visibility("v", params, principals=scope.principals, source_ids=scope.source_ids)
+    where += scope.today("v", params, history=True)
     sql = (
         "SELECT v.version, v.name, v.source_id, v.content_hash, v.acl, v.attributes, v.chunk_count, "
         "v.valid_from, v.valid_to, v.created_at FROM ce_document_versions v "
@@ -742,6 +745,7 @@ async def update_document(
     acl: Sequence[str] | None,
     attributes: dict[str, Any] | None,
     name: str | None,
+    access: WriteAccess,
 ) -> int | None:
     """Apply metadata changes under the caller's visibility; ``None`` when not visible.
 
@@ -755,8 +759,8 @@ async def update_document(
             (
                 await conn.execute(
                     text(
-                        f"SELECT d.version, d.acl FROM ce_documents d WHERE d.id = CAST(:id AS uuid) "
-                        f"AND {_doc_scope(scope, params)} FOR UPDATE"
+                        f"SELECT d.id, d.source_id, d.name, d.version, d.acl FROM ce_documents d "
+                        f"WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)} FOR UPDATE"
                     ),
                     params,
                 )
@@ -766,6 +770,7 @@ async def update_document(
         )
         if current is None:
             return None
+        access.check(target_of(dict(current)), scope.principals)
         revision = await next_revision(conn)
         sets = ["updated_revision = :r", "updated_at = now()"]
         values: dict[str, Any] = {"id": document_id, "r": revision}
@@ -851,19 +856,27 @@ async def _repoint_graph_facts(conn: AsyncConnection, values: dict[str, Any]) ->
         )
 
 
-async def delete_document(db: AsyncEngine, document_id: str, scope: ReadScope) -> int | None:
-    """Remove from the next revision on; earlier revisions keep their versions and chunks."""
+async def delete_document(db: AsyncEngine, document_id: str, scope: ReadScope, access: WriteAccess) -> int | None:
+    """Remove from the next revision on; earlier revisions keep their versions and chunks.
+    ``None`` when the caller may not see the document; ``Forbidden`` when it may see but not write it."""
     async with db.begin() as conn:
         params: dict[str, Any] = {"id": document_id}
-        visible = await conn.scalar(
-            text(
-                f"SELECT d.id FROM ce_documents d WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)} "
-                "FOR UPDATE"
-            ),
-            params,
+        visible = (
+            (
+                await conn.execute(
+                    text(
+                        "SELECT d.id, d.source_id, d.name, d.acl FROM ce_documents d WHERE d.id = CAST(:id AS uuid) "
+                        f"AND {_doc_scope(scope, params)} FOR UPDATE"
+                    ),
+                    params,
+                )
+            )
+            .mappings()
+            .first()
         )
         if visible is None:
             return None
+        access.check(target_of(dict(visible)), scope.principals)
         revision = await next_revision(conn)
         values = {"id": document_id, "r": revision}
         await bm25_stats.retract(conn, document_id)

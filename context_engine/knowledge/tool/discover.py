@@ -43,7 +43,7 @@ async def discover(call: ToolCall) -> dict[str, Any]:
     columns = await reads.sheet_columns(db, call.principals, scope, sheet_ids)
     types = await reads.census(db, call.principals, scope)
     field_rows = await reads.fields(db, call.principals, scope)
-    revision = await call.engine.revision()
+    revision = await reads.view_revision(db, call.principals, scope)
 
     red = call.redactor
     names = {doc_id: red.text(r["name"]) or "" for doc_id, r in zip(ids, rows, strict=True)}

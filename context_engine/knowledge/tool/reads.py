@@ -52,6 +52,20 @@ async def _rows(db: AsyncEngine, sql: str, params: dict[str, Any]) -> list[dict[
         return [dict(r) for r in (await conn.execute(text(sql), params)).mappings()]
 
 
+async def view_revision(db: AsyncEngine, principals: tuple[str, ...] | None, scope: Narrowed) -> int:
+    """The revision of the caller's view: the store's for a trusted, unscoped caller; otherwise the
+    last revision that changed a document it may see in scope (as ``stats`` reports it), so writes
+    it cannot see never move it."""
+    params: dict[str, Any] = {}
+    where = _documents(params, principals, scope)
+    if where == "TRUE":
+        sql = "SELECT revision FROM ce_store_revision WHERE id = 1"
+    else:
+        sql = f"SELECT max(d.updated_revision) FROM ce_documents d WHERE {where}"
+    async with db.connect() as conn:
+        return int(await conn.scalar(text(sql), params) or 0)
+
+
 async def document_page(
     db: AsyncEngine,
     principals: tuple[str, ...] | None,
