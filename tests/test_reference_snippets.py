@@ -1,6 +1,6 @@
 """The Python snippets of the reference documents, executed against this package as written.
 
-The snippets are read from the reference documents at test time (``CE_REFERENCE_DOCS`` names their
+The snippets are read from the reference documents at test time (``CONTEXT_ENGINE_REFERENCE_DOCS`` names their
 folder; ``.ci/run`` sets it), so nothing of them is copied here. Each runs in a namespace that holds
 what its prose assumes already exists — an ``engine`` on a fresh database, a ``config``, an ``app``,
 the host's ``my_auth`` — with two mechanical fills, the same for every snippet:
@@ -43,7 +43,7 @@ SECRET = "reference-snippets-secret-key-0123456789"
 
 
 def reference_dir() -> Path | None:
-    named = os.environ.get("CE_REFERENCE_DOCS")
+    named = os.environ.get("CONTEXT_ENGINE_REFERENCE_DOCS")
     return Path(named) if named else None
 
 
@@ -259,7 +259,7 @@ SNIPPETS = snippets()
 def test_the_reference_documents_are_there() -> None:
     """In CI the reference documents are beside the checkout; elsewhere this module has nothing to run."""
     if os.environ.get("CI") and not SNIPPETS:
-        pytest.fail("CE_REFERENCE_DOCS names no folder of reference documents with Python snippets")
+        pytest.fail("CONTEXT_ENGINE_REFERENCE_DOCS names no folder of reference documents with Python snippets")
     assert all(s.code.strip() for s in SNIPPETS)
 
 
