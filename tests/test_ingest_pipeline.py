@@ -15,6 +15,7 @@ from context_engine import TRUSTED, ContextEngine, IngestTooLarge
 from context_engine.hooks import Hooks, ProgressEvent, UsageEvent
 from tests.conftest import make_config
 from tests.fakes.http_server import FakeHTTPServer, Target, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.waiting import HANG_GUARD, until_async
 
 DIM = 8
 
@@ -226,16 +227,14 @@ async def test_sweep_skips_a_run_that_is_still_moving(
     release = threading.Event()
 
     def held(body: Any, headers: dict[str, str], target: Target) -> Any:
-        release.wait(10)
+        release.wait(HANG_GUARD)
         return ok(body, headers, target)
 
     fake_http_server.route("POST", "/v1/embeddings", held)
     async with ContextEngine(_config(database_url, fake_http_server)) as engine:
         running = asyncio.create_task(engine.ingest(text=_sections(3), name="doc"))
-        for _ in range(100):  # wait until the run has stored its chunks and is embedding
-            await asyncio.sleep(0.05)
-            if fake_http_server.requests:
-                break
+        # wait until the run has stored its chunks and is embedding
+        await until_async(lambda: fake_http_server.requests, "the run calling the model")
         sweep = await engine.resume_embeddings()
         release.set()
         finished = await running
