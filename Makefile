@@ -20,6 +20,7 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
 
 lint: $(STAMP)

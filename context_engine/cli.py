@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,8 @@ server in your user data directory and the local embedding model: no keys, no se
 
 
 def _config(database_url: str | None) -> ContextEngineConfig:
-    config = ContextEngineConfig()
-    if database_url:
-        config.database_url = database_url  # type: ignore[assignment]
-    return config
+    """The settings from ``CE_*`` variables, with ``--database-url`` over ``CE_DATABASE_URL``."""
+    return ContextEngineConfig(database_url=database_url) if database_url else ContextEngineConfig()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -209,7 +207,7 @@ def build_app(config: ContextEngineConfig, *, trusted: bool = False) -> Any:
         return [p.strip() for p in raw.split(",") if p.strip()]
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await engine.aclose()
 

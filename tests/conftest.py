@@ -64,3 +64,14 @@ async def engine(database_url: str) -> AsyncIterator[ContextEngine]:
     """An engine on a fresh database with the default local embedding model."""
     async with ContextEngine(make_config(database_url)) as eng:
         yield eng
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that reaches the session's PostgreSQL (through any fixture) ``database``.
+
+    ``make test-fast`` deselects them, and the ``slow`` ones (own servers, subprocesses), for the
+    edit-test loop; ``make test`` runs everything.
+    """
+    for item in items:
+        if "pg_base_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.database)

@@ -37,9 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from context_engine.engine import ContextEngine
     from context_engine.storage.scope import UNSCOPED
 
-    config = ContextEngineConfig()
-    if args.database_url:
-        config.database_url = args.database_url  # type: ignore[assignment]
+    config = ContextEngineConfig(database_url=args.database_url) if args.database_url else ContextEngineConfig()
     engine = ContextEngine(config)
     local = args.host in ("127.0.0.1", "localhost", "::1")
     hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"] if local else None  # a local server refuses other Host headers

@@ -80,7 +80,9 @@ class Database:
     async def url(self) -> str:
         """The server URL, starting the embedded server on first need."""
         if self._url is None:
-            self._pgdata, self._url = await asyncio.to_thread(self._acquire)
+            self._pgdata, url = await asyncio.to_thread(self._acquire)
+            self._url = url
+            return url
         return self._url
 
     def _acquire(self) -> tuple[Path, str]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import text
+from sqlalchemy.engine.interfaces import IsolationLevel
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -162,7 +163,7 @@ class _Step:
 @dataclass
 class _Runner:
     conn: AsyncConnection
-    transaction_level: str
+    transaction_level: IsolationLevel | None
     announce: Announce
     report: MigrationReport
 

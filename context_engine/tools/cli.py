@@ -78,9 +78,7 @@ def _describe(exc: Exception) -> str:
 def _engine(database_url: str | None) -> Any:
     from context_engine.engine import ContextEngine
 
-    config = ContextEngineConfig()
-    if database_url:
-        config.database_url = database_url  # type: ignore[assignment]
+    config = ContextEngineConfig(database_url=database_url) if database_url else ContextEngineConfig()
     return ContextEngine(config)
 
 
