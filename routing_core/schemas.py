@@ -268,6 +268,9 @@ class Health(BaseModel):
     status: Literal["ok", "ready"]
     #: only when ``database.read_urls`` is set; a replica down leaves the service ready (the writer reads)
     replicas: ReplicaCounts | None = None
+    #: only on ``/ready`` when a feature is off by configuration (``tools``: no secret_key, so stored tools
+    #: cannot run); the service is still ready
+    disabled: dict[str, str] | None = None
 
 
 class DeletedBody(BaseModel):
