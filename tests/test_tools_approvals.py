@@ -121,8 +121,10 @@ def _expire(database_url: str, approval_id: str) -> None:
 async def test_expired_approvals_cannot_be_approved_or_claimed(tools_engine: ContextEngine, database_url: str) -> None:
     counter = gated(tools_engine)
     args = {"amount": 3, "to": "late"}
-    opened = await tools_engine.execute_tool("fn_pay", args, principals=[], approval_scope="s", approval_ttl_seconds=1)
-    await asyncio.sleep(1.2)
+    opened = await tools_engine.execute_tool(
+        "fn_pay", args, principals=[], approval_scope="s", approval_ttl_seconds=600
+    )
+    _expire(database_url, opened["approval_required"]["approval_id"])
     with pytest.raises(ApprovalExpired) as caught:
         await resolve_approval(tools_engine, opened["approval_required"]["approval_id"], "approved")
     assert caught.value.status == 409 and caught.value.code == "approval_expired"
