@@ -11,15 +11,27 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[all,test,bench]"
 	touch $(STAMP)
 
-.PHONY: install serve test lint check-install
+.PHONY: install serve test test-fast lint typecheck check-install
 install: $(STAMP)
 
+PORT ?= 8000
+HOST ?= 127.0.0.1
+
 serve: $(STAMP)
-	$(VENV)/bin/context-engine serve
+	$(VENV)/bin/context-engine serve --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
+
+# the edit-test loop: no database, no server or process of a test's own (see tests/conftest.py)
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q -m "not database and not slow"
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

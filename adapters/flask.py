@@ -83,7 +83,10 @@ def create_flask_blueprint(
         return flask.Response(body, status=status, headers=headers, mimetype=http.JSON_TYPE)
 
     bp = flask.Blueprint(name, __name__)
-    bp.record_once(lambda state: state.app.url_map.converters.setdefault(_REST_CONVERTER, _RestConverter))
+    def register_converter(state: flask.blueprints.BlueprintSetupState) -> None:
+        state.app.url_map.converters.setdefault(_REST_CONVERTER, _RestConverter)
+
+    bp.record_once(register_converter)
     # no automatic OPTIONS and no slash redirects: every request under the mount reaches the view
     bp.add_url_rule(
         f"/<{_REST_CONVERTER}:path>",

@@ -38,11 +38,12 @@ from context_engine.tools import ToolConfig, format_result, resolve_approval, ro
 
 __version__ = "0.1.0"
 
+#: mount functions imported on first use: (their module, the extra that installs their framework, its module)
 _LAZY = {
-    "create_router": ("adapters.fastapi", "create_router"),
-    "create_flask_blueprint": ("adapters.flask", "create_flask_blueprint"),
-    "create_django_urlpatterns": ("adapters.django", "create_django_urlpatterns"),
-    "create_mcp_app": ("context_engine.mcp", "create_mcp_app"),
+    "create_router": ("adapters.fastapi", "fastapi", "fastapi"),
+    "create_flask_blueprint": ("adapters.flask", "flask", "flask"),
+    "create_django_urlpatterns": ("adapters.django", "django", "django"),
+    "create_mcp_app": ("context_engine.mcp", "mcp", "mcp"),
 }
 
 
@@ -50,8 +51,11 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
+        from context_engine.errors import require_extra
+
+        module, extra, framework = _LAZY[name]
+        require_extra(extra, framework, name)
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'context_engine' has no attribute {name!r}")
 
 

@@ -9,11 +9,11 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from context_engine import skill
+from context_engine import cli_inspect, skill
 from context_engine.config import ContextEngineConfig
 from context_engine.ingest import batches_cli
 from context_engine.mcp import cli as mcp_cli
@@ -28,10 +28,8 @@ server in your user data directory and the local embedding model: no keys, no se
 
 
 def _config(database_url: str | None) -> ContextEngineConfig:
-    config = ContextEngineConfig()
-    if database_url:
-        config.database_url = database_url  # type: ignore[assignment]
-    return config
+    """The settings from ``CE_*`` variables, with ``--database-url`` over ``CE_DATABASE_URL``."""
+    return ContextEngineConfig(database_url=database_url) if database_url else ContextEngineConfig()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -117,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--queries", type=int, default=20, help="stored vectors used as queries (default 20)")
     exp.add_argument("--max-acls", type=int, default=20, help="ACL values checked, smallest first (default 20)")
     exp.add_argument("--threshold", type=int, help="the library's exact/approximate crossover (default: config)")
+    cli_inspect.add_parsers(sub)
     skill.add_parser(sub)
     mcp_cli.add_parser(sub)
     tools_cli.add_parser(sub)
@@ -152,17 +151,34 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return tools_cli.run(args)
             if args.command == "batches":
                 return batches_cli.run(args)
+            if args.command in cli_inspect.COMMANDS:
+                return asyncio.run(cli_inspect.run(args))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from context_engine.errors import ContextEngineError
-
-        if isinstance(exc, ContextEngineError | ValueError):
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        raise
+        message = one_line_error(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 1
     parser.print_help()
     return 2
+
+
+def one_line_error(exc: BaseException) -> str | None:
+    """What the command line prints for a failure it can explain (``None``: a bug, shown in full)."""
+    from context_engine.errors import ContextEngineError
+
+    if isinstance(exc, ContextEngineError):
+        return exc.message  # one line, or the line and the statements a DBA runs
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return (
+            f"{exc.name} is not installed, and this command needs it: install the extra that brings it "
+            '(pip install "pg-context-engine[all]" for every one)'
+        )
+    if isinstance(exc, ValueError):
+        return str(exc)
+    return None
 
 
 #: ``kill`` and a closed terminal: Python's default for both ends the process on the spot, skipping every cleanup
@@ -209,7 +225,7 @@ def build_app(config: ContextEngineConfig, *, trusted: bool = False) -> Any:
         return [p.strip() for p in raw.split(",") if p.strip()]
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await engine.aclose()
 

@@ -7,15 +7,18 @@ assignment, so a misspelt setting raises and names itself instead of being silen
 
 from __future__ import annotations
 
+import difflib
 import json
+import os
 import re
 import warnings
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from context_engine.errors import ConfigError
 from context_engine.redaction import RedactionPolicy
 
 _STRICT = ConfigDict(extra="forbid", validate_assignment=True)
@@ -361,18 +364,23 @@ class LLMConfig(BaseModel):
 
     @model_validator(mode="after")
     def _provider_settings(self) -> LLMConfig:
-        if self.provider == "vertex_ai":
-            _require_vertex_location("llm", self.project, self.location, self.api_key)
-        elif self.project is not None or self.location is not None:
-            raise ValueError("llm.project and llm.location are used by provider 'vertex_ai' only")
-        if self.provider == "bedrock" and self.api_key is not None:
-            raise ValueError(
-                "llm.api_key is not used by provider 'bedrock': it signs requests with the AWS credential chain "
-                "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or an instance role); unset it"
-            )
-        if self.region is not None and self.provider != "bedrock":
-            raise ValueError("llm.region is used by provider 'bedrock' only")
+        _check_llm_provider_settings(self)
         return self
+
+
+def _check_llm_provider_settings(config: LLMConfig) -> None:
+    """The checks ``llm`` and ``vision_llm`` share: which provider uses which of the settings."""
+    if config.provider == "vertex_ai":
+        _require_vertex_location("llm", config.project, config.location, config.api_key)
+    elif config.project is not None or config.location is not None:
+        raise ValueError("llm.project and llm.location are used by provider 'vertex_ai' only")
+    if config.provider == "bedrock" and config.api_key is not None:
+        raise ValueError(
+            "llm.api_key is not used by provider 'bedrock': it signs requests with the AWS credential chain "
+            "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or an instance role); unset it"
+        )
+    if config.region is not None and config.provider != "bedrock":
+        raise ValueError("llm.region is used by provider 'bedrock' only")
 
 
 class VisionLLMConfig(LLMConfig):
@@ -401,7 +409,7 @@ class VisionLLMConfig(LLMConfig):
     @model_validator(mode="after")
     def _provider_settings(self) -> VisionLLMConfig:
         try:
-            LLMConfig._provider_settings(self)
+            _check_llm_provider_settings(self)
         except ValueError as exc:  # the shared checks name the ``llm`` section; this one is ``vision_llm``
             raise ValueError(vision_section(str(exc))) from None
         return self
@@ -518,16 +526,44 @@ class ContextEngineConfig(BaseSettings):
     #: HMAC key for ``hash`` redaction rules
     redaction_secret_key: SecretStr | None = None
 
+    def __init__(self, **values: Any) -> None:
+        """Settings given here win over ``CE_*`` variables; a misspelt ``CE_`` variable raises and is named.
+
+        Every constructor reads the environment, so every one refuses a variable that would otherwise be
+        ignored in silence (``CE_DATABSE_URL`` would leave the engine on the embedded server).
+        """
+        check_environment(type(self))
+        super().__init__(**values)
+
     @classmethod
     def from_env(cls) -> ContextEngineConfig:
-        """Build from ``CE_*`` variables; an unknown ``CE_`` variable raises and is named."""
-        import os
-
-        known = {f"CE_{name.upper()}" for name in cls.model_fields}
-        for var in os.environ:
-            if var.startswith("CE_") and var.split("__", 1)[0] not in known:
-                raise ValueError(f"unknown setting in environment: {var}")
+        """Build from ``CE_*`` variables alone (the same as ``ContextEngineConfig()``)."""
         return cls()
+
+
+#: ``CE_`` variables that are not settings: read by the command line (``serve``'s log level)
+NON_SETTING_VARIABLES = frozenset({"CE_LOG_LEVEL"})
+#: prefixes of ``CE_`` variables owned by something else (a test suite's own switches)
+NON_SETTING_PREFIXES = ("CE_TEST_",)
+
+
+class UnknownSetting(ConfigError, ValueError):
+    """A ``CE_`` variable names no setting: refused rather than ignored."""
+
+    code = "unknown_setting"
+
+
+def check_environment(settings: type[BaseSettings]) -> None:
+    """Raise ``UnknownSetting`` naming the first ``CE_`` variable (top-level name) that is no setting."""
+    known = {f"CE_{name.upper()}" for name in settings.model_fields}
+    for var in sorted(os.environ):
+        upper = var.upper()
+        if not upper.startswith("CE_") or upper in NON_SETTING_VARIABLES or upper.startswith(NON_SETTING_PREFIXES):
+            continue
+        if upper.split("__", 1)[0] not in known:
+            close = difflib.get_close_matches(upper.split("__", 1)[0], sorted(known), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UnknownSetting(f"unknown setting in environment: {var}{hint}", details={"variable": var})
 
 
 def database_url_text(config: ContextEngineConfig) -> str | None:

@@ -52,7 +52,7 @@ from context_engine.models import (
     SearchResult,
     Stats,
 )
-from context_engine.principals import TRUSTED, holds_acl, resolve
+from context_engine.principals import TRUSTED, Principals, holds_acl, resolve
 from context_engine.redaction import RedactionPolicy
 from context_engine.redaction.apply import IngestScrubber, Redactor, effective_key
 from context_engine.retrieval.retriever import Retriever
@@ -220,7 +220,7 @@ class ContextEngine:
         acl: Sequence[str] | None = None,
         attributes: dict[str, Any] | None = None,
         mime: str | None = None,
-        principals: Iterable[str] | object = TRUSTED,
+        principals: Principals = TRUSTED,
         mode: str = "hybrid",
         idempotency_key: str | None = None,
         batch: bool = False,
@@ -249,7 +249,7 @@ class ContextEngine:
         if batch:  # refused before anything is read or stored
             batch_client(self.services)
         key = idempotency.check_key(idempotency_key) if idempotency_key is not None else None
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         acl_list = _clean_acl(acl)
         if not holds_acl(acl_list, caller):
             raise Forbidden("you may only file a document under an ACL you hold")
@@ -323,7 +323,7 @@ class ContextEngine:
         *,
         build_index: bool = True,
         batch_chunks: int = 20_000,
-        principals: Iterable[str] | object = TRUSTED,
+        principals: Principals = TRUSTED,
         maintenance_work_mem: str = "1GB",
         parallel_workers: int | None = None,
     ) -> BulkReport:
@@ -338,7 +338,7 @@ class ContextEngine:
         loader = BulkLoader(self.services, self._ingestor)
         return await loader.load(
             documents,
-            caller=resolve(principals),  # type: ignore[arg-type]
+            caller=resolve(principals),
             build_index=build_index,
             batch_chunks=batch_chunks,
             maintenance_work_mem=maintenance_work_mem,
@@ -374,7 +374,7 @@ class ContextEngine:
 
     # ------------------------------------------------------------------ ingest_many
     async def ingest_many(
-        self, documents: Sequence[Mapping[str, Any]], *, principals: Iterable[str] | object = TRUSTED
+        self, documents: Sequence[Mapping[str, Any]], *, principals: Principals = TRUSTED
     ) -> IngestManyReport:
         """Ingest many documents in one call: few transactions, set-based statements, one embedding
         run for all their chunks. Each document is a mapping with the keywords of :meth:`ingest`
@@ -390,7 +390,7 @@ class ContextEngine:
             raise InvalidRequest("documents must be a list of documents")
         if len(documents) > INGEST_MANY_MAX:
             raise InvalidRequest(f"at most {INGEST_MANY_MAX} documents may be ingested in one call")
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         results: dict[int, DocumentReport | ContextEngineError] = {}
         entries: list[many.Entry] = []
         raw: dict[int, dict[str, Any]] = {}
@@ -473,7 +473,7 @@ class ContextEngine:
         *,
         source_ids: Sequence[str] | None = None,
         document_ids: Sequence[str] | None = None,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         top_k: int = 10,
         group_by: str = "chunk",
         compress_to_tokens: int | None = None,
@@ -515,7 +515,7 @@ class ContextEngine:
             raise InvalidRequest('mode must be "hybrid" or "graph" (or left out)')
         cfg = self.config.search
         top_k = _check_top_k(top_k, cfg.max_top_documents if group_by == "document" else cfg.max_top_k)
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         red = self._redactor(caller, redaction, redaction_secret_key)
         sources, documents = _check_ids("source_ids", source_ids), _check_uuids(document_ids)
         if compress_to_tokens is not None and (
@@ -552,7 +552,7 @@ class ContextEngine:
         self,
         document_id: str,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         include_text: bool = True,
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
@@ -564,7 +564,7 @@ class ContextEngine:
         """The document now, as of revision ``as_of``, or one ``version`` of it; a past version is
         answered under the ACL it had then. Read replicas: as for ``search``; a ``version`` is a
         write's own token, so it is read on the writer, where a version just written is found."""
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         red = self._redactor(caller, redaction, redaction_secret_key)
         doc_id = _check_uuid(document_id)
         if version is not None and as_of is not None:
@@ -588,13 +588,13 @@ class ContextEngine:
         self,
         document_id: str,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
     ) -> list[DocumentVersion]:
         """Every version of the document the caller may see (each under its own ACL), oldest first,
         with its revision range; ``NotFound`` when there is none."""
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         red = self._redactor(caller, redaction, redaction_secret_key)
         doc_id = _check_uuid(document_id)
         rows = await repo.document_versions(await self._ready(), doc_id, ReadScope(caller))
@@ -608,7 +608,7 @@ class ContextEngine:
     async def list_documents(
         self,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         source_ids: Sequence[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
@@ -620,7 +620,7 @@ class ContextEngine:
     ) -> DocumentPage:
         """A page of the documents the caller may see, now or as of revision ``as_of``. Read
         replicas: as for ``search``."""
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         red = self._redactor(caller, redaction, redaction_secret_key)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 500:
             raise InvalidRequest("limit must be an integer between 1 and 500")
@@ -643,14 +643,14 @@ class ContextEngine:
         self,
         document_id: str,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         acl: Sequence[str] | None = None,
         attributes: dict[str, Any] | None = None,
         name: str | None = None,
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
     ) -> Document:
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         doc_id = _check_uuid(document_id)
         scrub = self._scrubber()  # ingest rules cover what is stored by an update too
         if attributes is not None:
@@ -692,14 +692,14 @@ class ContextEngine:
         self,
         document_id: str,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         idempotency_key: str | None = None,
     ) -> int:
         """Delete from the next revision on; returns that revision (reads as of earlier ones still see it).
 
         With ``idempotency_key`` a retry is a no-op that returns the revision of the first delete.
         """
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         doc_id = _check_uuid(document_id)
         db = await self._ready()
         if idempotency_key is None:
@@ -721,11 +721,11 @@ class ContextEngine:
     async def stats(
         self,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         source_ids: Sequence[str] | None = None,
         as_of: int | None = None,
     ) -> Stats:
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         db = await self._ready()
         revision = await revisions_as_of.resolve(db, as_of, trusted=caller is None)
         scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=revision)
@@ -740,7 +740,7 @@ class ContextEngine:
         agent_id: str | None = None,
         expand: bool = True,
         rerank: bool = True,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         source_ids: Sequence[str] | None = None,
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
@@ -763,7 +763,7 @@ class ContextEngine:
         top_k = _check_top_k(top_k, KNOWLEDGE_TOP_K_MAX)
         if not isinstance(expand, bool) or not isinstance(rerank, bool):
             raise InvalidRequest("expand and rerank must be booleans")
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         sources = _check_ids("source_ids", source_ids)
 
         async def read() -> KnowledgeResult:
@@ -814,7 +814,7 @@ class ContextEngine:
         self,
         *,
         action: str | None = None,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         scope: Any,
         redaction: RedactionPolicy | None = None,
         secret_key: str | bytes | None = None,
@@ -920,16 +920,16 @@ class ContextEngine:
         functions = [ToolEntry.of_function(f) for f in self._tool_functions().all() if f.visible_to(caller)]
         return functions + await registry.visible(await self._ready(), caller)
 
-    async def list_tools(self, *, principals: Iterable[str] | object | None = None) -> list[dict[str, Any]]:
+    async def list_tools(self, *, principals: Principals = None) -> list[dict[str, Any]]:
         """Every tool the caller may see (function tools first, then stored ones, oldest first)."""
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         return [entry.public(trusted=caller is None) for entry in await self._visible_tools(caller)]
 
     async def search_tools(
         self,
         query: str = "",
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         kind: str | Sequence[str] | None = None,
         name_contains: str | None = None,
         requires_approval: bool | None = None,
@@ -943,7 +943,7 @@ class ContextEngine:
         """
         from context_engine.tools import discovery
 
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         entries = await self._visible_tools(caller)
         return discovery.search(
             entries,
@@ -956,12 +956,12 @@ class ContextEngine:
             cursor=cursor,
         )
 
-    async def delete_tool(self, tool_id: str, *, principals: Iterable[str] | object | None = None) -> None:
+    async def delete_tool(self, tool_id: str, *, principals: Principals = None) -> None:
         """Remove a stored tool (``tool_id``) or a function tool (its call name)."""
         from context_engine.tools import registry
         from context_engine.tools.errors import ToolNotFound
 
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         if isinstance(tool_id, str) and tool_id.startswith("fn_"):
             function = self._tool_functions().get(tool_id)
             if function is None or not function.visible_to(caller):
@@ -980,7 +980,7 @@ class ContextEngine:
         name: str,
         arguments: dict[str, Any] | None = None,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         tool_id: str | None = None,
         approval_scope: str | None = None,
         result_max_chars: int | None = 8000,
@@ -1001,7 +1001,7 @@ class ContextEngine:
 
         from context_engine.tools.execute import CallOptions, execute_tool
 
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         ttl = approval_ttl_seconds
         if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 1 <= ttl <= 30 * 86400:
             raise InvalidRequest("approval_ttl_seconds must be between 1 and 2592000 (30 days)")
@@ -1047,7 +1047,7 @@ class ContextEngine:
         self,
         question: str,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         source_ids: Sequence[str] | None = None,
         document_ids: Sequence[str] | None = None,
         settings: Any = None,
@@ -1059,7 +1059,7 @@ class ContextEngine:
         """A figure over every row of the spreadsheets in scope: see :mod:`context_engine.compute`."""
         from context_engine.compute import compute
 
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         return await compute(
             await self._ready(),
             question,
@@ -1101,7 +1101,7 @@ class ContextEngine:
         self,
         instruction: str,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         source_ids: Sequence[str] | None = None,
         document_ids: Sequence[str] | None = None,
         limit: int | None = None,
@@ -1112,7 +1112,7 @@ class ContextEngine:
         """The same question asked of each document in scope: see :mod:`context_engine.mapreduce`."""
         from context_engine.mapreduce import map_reduce
 
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         return await map_reduce(
             await self._ready(),
             instruction,
@@ -1129,7 +1129,7 @@ class ContextEngine:
         self,
         question: str,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         source_ids: Sequence[str] | None = None,
         document_ids: Sequence[str] | None = None,
         limit: int = 50,
@@ -1139,7 +1139,7 @@ class ContextEngine:
         """The extracted fields a question names, per document: see :mod:`context_engine.extraction`."""
         from context_engine.extraction import query_meta
 
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         return await query_meta(
             await self._ready(),
             question,
@@ -1182,14 +1182,14 @@ class ContextEngine:
         names.forget(db)
         return report.applied
 
-    async def extract_graph(self, document_id: str, *, principals: Iterable[str] | object = TRUSTED) -> Any:
+    async def extract_graph(self, document_id: str, *, principals: Principals = TRUSTED) -> Any:
         """Build the graph facts of a stored document (what ``ingest(mode="graph")`` runs after storing it)."""
         from context_engine.graph.document import extract_document
 
         doc = await self.get_document(document_id, principals=principals, include_text=False)
         # it rewrites the document's graph facts (and spends model calls): a write, not a read
         target = WriteTarget(doc.id, doc.source_id, doc.name, tuple(doc.acl))
-        self.services.write_access.check(target, resolve(principals))  # type: ignore[arg-type]
+        self.services.write_access.check(target, resolve(principals))
         return await extract_document(self.services, doc.id)
 
     async def repair_graph(self, document_id: str) -> Any:
@@ -1202,7 +1202,7 @@ class ContextEngine:
         self,
         action: str,
         *,
-        principals: Iterable[str] | object | None = None,
+        principals: Principals = None,
         source_ids: Sequence[str] | None = None,
         document_ids: Sequence[str] | None = None,
         redaction: RedactionPolicy | None = None,
@@ -1215,7 +1215,7 @@ class ContextEngine:
         from context_engine.graph.navigate import run_action
         from context_engine.graph.redact import redact_answer
 
-        caller = resolve(principals)  # type: ignore[arg-type]
+        caller = resolve(principals)
         scope = ReadScope(caller, _check_ids("source_ids", source_ids), _check_uuids(document_ids))
         answer = await run_action(await self._ready(), scope, action, arguments)
         return redact_answer(answer, self._redactor(caller, redaction, redaction_secret_key))

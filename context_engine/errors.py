@@ -103,6 +103,33 @@ class StorageUnavailable(ContextEngineError):
     status = 503
 
 
+class MissingExtra(ContextEngineError, ImportError):
+    """A feature's optional dependencies are not installed; the message names the extra that brings them."""
+
+    code = "missing_extra"
+    status = 500
+
+
+def require_extra(extra: str, module: str, feature: str) -> None:
+    """Raise ``MissingExtra`` unless ``module`` imports: ``pip install "pg-context-engine[<extra>]"``."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise MissingExtra(
+            f'{feature} needs the {extra} extra ({module} is not installed): pip install "pg-context-engine[{extra}]"',
+            details={"extra": extra},
+        ) from None
+
+
+class DatabaseRefused(ContextEngineError):
+    """The server answered and said no (a wrong password, a database that does not exist): not transient."""
+
+    code = "database_authentication_failed"
+    status = 500
+
+
 class StorageBusy(ContextEngineError):
     """Every pooled connection stayed in use for ``storage.pool_timeout``: the request was not run."""
 

@@ -454,6 +454,24 @@ def rrf_baseline(name: str, runs: Sequence[RunResult], qrels: Mapping[str, Mappi
 _LEG_LABELS = {"fts": "full-text leg alone", "trigram": "trigram leg alone", "vector": "vector leg alone"}
 
 
+#: a leg's ``usage`` reason that says it returns nothing on this store for any query (graph mode off)
+_IDLE_REASONS = frozenset({"graph_disabled", "no_graph_documents"})
+
+
+def leg_label(leg: str) -> str:
+    """The row name of a leg measured alone."""
+    return _LEG_LABELS.get(leg, f"{leg} leg alone")
+
+
+def idle_legs(usage: dict[str, Any]) -> dict[str, str]:
+    """Legs whose report in a search's ``usage`` says they can return nothing here, with the reason."""
+    return {
+        leg: str(report["reason"])
+        for leg, report in usage.items()
+        if isinstance(report, dict) and report.get("reason") in _IDLE_REASONS
+    }
+
+
 def leg_configurations(config: Any) -> dict[str, dict[str, Any]]:
     """Each registered leg the configuration uses, alone, then the configured fusion.
 
@@ -468,7 +486,7 @@ def leg_configurations(config: Any) -> dict[str, dict[str, Any]]:
     for leg in legs:
         if weights.get(leg, 0) > 0:
             alone = {other: 0.0 for other in legs} | {leg: 1.0}
-            out[_LEG_LABELS.get(leg, f"{leg} leg alone")] = {"fusion": {"weights": alone}}
+            out[leg_label(leg)] = {"fusion": {"weights": alone}}
     out["fused (configured)"] = {}
     return out
 
@@ -665,6 +683,15 @@ async def run_eval(
                 notes.append(f"{failed} documents failed to ingest and count as never retrieved")
             stats = await engine.stats(source_ids=[source_id], principals=_trusted())
             settings = describe_settings(engine.config)
+            first = await engine.search(
+                next(iter(dataset.queries.values())),
+                source_ids=[source_id] if scope_searches else None,
+                principals=_trusted(),
+                top_k=top_k,
+            )
+            for leg, reason in idle_legs(first.usage).items():  # a row of zeros would read as a measurement
+                if configurations.pop(leg_label(leg), None) is not None:
+                    notes.append(f"{leg_label(leg)} not measured: it returns nothing here ({reason})")
             for name, overrides in configurations.items():
                 with overridden(engine, overrides):
                     result, raw = await run_queries(

@@ -131,7 +131,8 @@ class Services:
     async def _check_schema(self, db: AsyncEngine) -> str:
         try:
             async with db.connect() as conn:
-                rows = dict((await conn.execute(text("SELECT key, value FROM ce_meta"))).all())
+                meta = (await conn.execute(text("SELECT key, value FROM ce_meta"))).all()
+                rows: dict[str, str] = {str(key): str(value) for key, value in meta}
         except ContextEngineError:
             raise  # unreachable (StorageUnavailable) says so itself
         except Exception as exc:

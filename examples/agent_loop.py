@@ -9,7 +9,7 @@ Run it against your own endpoint and database::
     LLM_BASE_URL=https://api.openai.com/v1 LLM_API_KEY=... LLM_MODEL=gpt-4o-mini \\
     python examples/agent_loop.py "How many days of annual leave carry over?"
 
-``DATABASE_URL`` picks the database (the embedded server when unset); ``AGENT_PRINCIPALS``
+``CE_DATABASE_URL`` picks the database (as in every example) (the embedded server when unset); ``AGENT_PRINCIPALS``
 (comma-separated, empty = anonymous) and ``AGENT_SOURCES`` (comma-separated source ids, empty =
 the whole corpus) stand in for your application's session and project.
 """
@@ -97,9 +97,7 @@ async def run_tool_call(engine: ContextEngine, tool_call: dict[str, Any], *, pri
 
 
 async def main(question: str) -> int:
-    config = ContextEngineConfig()
-    if os.environ.get("DATABASE_URL"):
-        config.database_url = os.environ["DATABASE_URL"]  # type: ignore[assignment]
+    config = ContextEngineConfig.from_env()  # CE_DATABASE_URL and every other CE_ setting
     principals = [p for p in os.environ.get("AGENT_PRINCIPALS", "").split(",") if p]
     sources = [s for s in os.environ.get("AGENT_SOURCES", "").split(",") if s]
     async with ContextEngine(config) as engine:

@@ -50,7 +50,20 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await engine.aclose()  # closes the pool on this loop and the embedded server handle
 
 
-app = FastAPI(title="context-engine example", lifespan=lifespan)
+def _app(**settings: object) -> FastAPI:
+    """FastAPI with ``/docs`` and ``/redoc`` served from local files (the ``docs`` extra), never a CDN.
+
+    Without the extra, the interactive pages are off and ``/openapi.json`` still describes the routes.
+    """
+    try:
+        from fastapi_offline import FastAPIOffline
+    except ImportError:
+        return FastAPI(docs_url=None, redoc_url=None, **settings)  # type: ignore[arg-type]
+    # no validator badge: it would send the schema to an outside service
+    return FastAPIOffline(swagger_ui_parameters={"validatorUrl": None}, **settings)
+
+
+app = _app(title="context-engine example", lifespan=lifespan)
 app.include_router(create_router(engine, auth=auth, principals=principals), prefix="/context")
 
 

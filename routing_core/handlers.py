@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from context_engine.limits import LIST_LIMIT_DEFAULT
 from context_engine.models import FAILURE_MESSAGES, IngestReport
+from context_engine.tools.availability import stored_tools_off
 from routing_core.call import Call
 from routing_core.http import CoreResponse, HttpError
 from routing_core.schemas import (
@@ -263,6 +264,9 @@ async def ready(call: Call) -> CoreResponse:
         log.warning("readiness check failed: %s", type(exc).__name__)
         raise HttpError(503, "not_ready", "the service is not ready") from None
     body: dict[str, Any] = {"status": "ready"}
+    tools_off = stored_tools_off(call.engine.config.secret_key)
+    if tools_off is not None:
+        body["disabled"] = {"tools": tools_off}
     replicas = await _replica_counts(call)
     if replicas is not None:
         body["replicas"] = replicas

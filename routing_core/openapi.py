@@ -137,9 +137,9 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
             # anyOf, not oneOf: an error envelope also validates against a report that carries an error
             shapes = single["anyOf"] if "anyOf" in single else [single]
             found["content"]["application/json"]["schema"] = {"anyOf": [*shapes, ref(model)]}
-        for status, description in _ERRORS.items():
+        for code, description in _ERRORS.items():
             responses.setdefault(
-                status, {"description": description, "content": {"application/json": {"schema": error_ref}}}
+                code, {"description": description, "content": {"application/json": {"schema": error_ref}}}
             )
         if route.request_model is not None:
             responses["415"] = {"description": _UNSUPPORTED, "content": {"application/json": {"schema": error_ref}}}

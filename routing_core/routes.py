@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -58,7 +59,7 @@ LIMIT_SCHEMA = {"type": "integer", "minimum": LIST_LIMIT_MIN, "maximum": LIST_LI
 REVISION_SCHEMA = {"type": "integer", "minimum": 0}
 SOURCE_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS, "pattern": NOT_BLANK}
 
-Handler = Callable[[Call], Awaitable[CoreResponse]]
+Handler = Callable[[Call], Coroutine[Any, Any, CoreResponse]]
 #: reads a per-route number from the engine's configuration (``None``: no limit)
 ConfigLimit = Callable[[ContextEngineConfig], int | None]
 

@@ -143,7 +143,7 @@ LIST_BODIES: dict[type[BaseModel], type[BaseModel]] = {IngestTextBody: IngestTex
 
 
 #: ``top_k``'s ceiling depends on ``group_by``: passages up to ``SEARCH_TOP_K_MAX``, documents further
-_TOP_K_BY_GROUPING = {
+_TOP_K_BY_GROUPING: dict[str, Any] = {
     "if": {"properties": {"group_by": {"const": "document"}}, "required": ["group_by"]},
     "then": {"properties": {"top_k": {"maximum": SEARCH_TOP_DOCUMENTS_MAX}}},
     "else": {"properties": {"top_k": {"maximum": SEARCH_TOP_K_MAX}}},
@@ -275,6 +275,9 @@ class Health(BaseModel):
     status: Literal["ok", "ready"]
     #: only when ``database.read_urls`` is set; a replica down leaves the service ready (the writer reads)
     replicas: ReplicaCounts | None = None
+    #: only on ``/ready`` when a feature is off by configuration (``tools``: no secret_key, so stored tools
+    #: cannot run); the service is still ready
+    disabled: dict[str, str] | None = None
 
 
 class DeletedBody(BaseModel):

@@ -64,3 +64,42 @@ async def engine(database_url: str) -> AsyncIterator[ContextEngine]:
     """An engine on a fresh database with the default local embedding model."""
     async with ContextEngine(make_config(database_url)) as eng:
         yield eng
+
+
+#: modules whose tests start servers or processes of their own (a standalone PostgreSQL, an example app,
+#: the compute worker, a CLI run): each takes seconds, so ``make test-fast`` leaves them to ``make test``
+SLOW_MODULES = frozenset(
+    {
+        "test_cli",
+        "test_compute_action",
+        "test_compute_sandbox",
+        "test_embedded_lifecycle",
+        "test_embedded_settings",
+        "test_eval_lifecycle",
+        "test_example_shutdown",
+        "test_faults",
+        "test_graph_extract",
+        "test_local_embedder",
+        "test_managed_postgres",
+        "test_mcp_app",
+        "test_migrate",
+        "test_own_postgres",
+        "test_read_replicas",
+        "test_runtime_imports",
+        "test_tokens",
+        "test_tools_mcp",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that reaches the session's PostgreSQL (through any fixture) ``database``,
+    and every test of :data:`SLOW_MODULES` ``slow``.
+
+    ``make test-fast`` deselects both for the edit-test loop; ``make test`` runs everything.
+    """
+    for item in items:
+        if "pg_base_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.database)
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

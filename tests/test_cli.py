@@ -22,6 +22,7 @@ from context_engine.hooks import Hooks
 from context_engine.storage import embedded
 from tests.conftest import make_config, server_dir
 from tests.pg_state import assert_nothing_running
+from tests.waiting import HANG_GUARD
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,10 +190,10 @@ def test_a_stopped_ingest_closes_the_engine_and_stops_the_embedded_server(tmp_pa
     try:
         assert run.stderr is not None
         first = run.stderr.readline()  # the first progress line: the server is up, the first file under way
-        assert first.startswith("[1/30 files]"), first + run.communicate(timeout=60)[1]
+        assert first.startswith("[1/30 files]"), first + run.communicate(timeout=HANG_GUARD)[1]
         assert embedded.holders(pgdata) == [run.pid]
         run.send_signal(signum)
-        _out, err = run.communicate(timeout=60)
+        _out, err = run.communicate(timeout=HANG_GUARD)
         assert run.returncode == 130, err
         assert "Traceback" not in err, err
         assert_nothing_running(pgdata)

@@ -21,6 +21,7 @@ from context_engine import TRUSTED, ContextEngine
 from routing_core import sync_bridge
 from tests.conftest import make_config
 from tests.fakes.http_server import FakeHTTPServer, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.waiting import HANG_GUARD, finishes, until_async
 
 DIM = 8
 TOKEN = "load-token"
@@ -65,14 +66,14 @@ async def test_two_hundred_concurrent_ingests_complete_while_sixteen_searches_an
 
         async def searcher(slot: int) -> None:
             while not finished.is_set() or answers[slot] == 0:
-                result = await asyncio.wait_for(engine.search("harbour cranes", principals=TRUSTED), timeout=30)
+                result = await finishes(engine.search("harbour cranes", principals=TRUSTED), "a search during ingest")
                 assert result.hits
                 answers[slot] += 1
                 await asyncio.sleep(0.5)  # a steady stream of searches, not a busy loop
 
         searches = [asyncio.create_task(searcher(i)) for i in range(16)]
-        reports = await asyncio.wait_for(
-            asyncio.gather(*(engine.ingest(text=_body(i), name=f"ledger-{i}") for i in range(200))), timeout=120
+        reports = await finishes(
+            asyncio.gather(*(engine.ingest(text=_body(i), name=f"ledger-{i}") for i in range(200))), "200 ingests"
         )
         finished.set()
         await asyncio.gather(*searches)
@@ -139,7 +140,7 @@ def _post_all(send: Callable[[int], tuple[int, Any]], count: int) -> list[tuple[
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=HANG_GUARD)
     assert not any(t.is_alive() for t in threads), "a request hung"
     return [r for r in results if r is not None]
 
@@ -165,7 +166,7 @@ async def test_sixty_four_concurrent_posts_through_fastapi(
         app = FastAPI()
         app.include_router(create_router(engine, auth=_auth, principals=_principals), prefix="/context")
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=120) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=HANG_GUARD) as client:
 
             async def post(i: int) -> tuple[int, Any]:
                 resp = await client.post("/context/documents", json={"text": _body(i)}, headers=HEADERS)
@@ -249,12 +250,12 @@ async def test_a_tiny_pool_still_serves_every_ingest_and_search(
     config = _remote_config(database_url, fake_http_server)
     config.storage.pool_size, config.storage.max_overflow = pool
     async with ContextEngine(config) as engine:
-        results = await asyncio.wait_for(
+        results = await finishes(
             asyncio.gather(
                 *(engine.ingest(text=_body(i), name=f"tiny-{i}") for i in range(30)),
                 *(engine.search("harbour cranes", principals=TRUSTED) for _ in range(10)),
             ),
-            timeout=120,
+            "30 ingests and 10 searches on a tiny pool",
         )
         statuses = Counter(r.documents[0].status for r in results[:30])
         assert statuses == {"completed": 30}
@@ -271,7 +272,7 @@ async def test_ingests_waiting_for_the_model_hold_no_connection_and_searches_ans
 
     def held(body: Any, headers: dict[str, str], target: Any) -> Any:
         if body.get("input") != [query]:  # documents wait for the model; the search's query does not
-            release.wait(30)
+            release.wait(HANG_GUARD)
         return ok(body, headers, target)
 
     fake_http_server.route("POST", "/v1/embeddings", held)
@@ -284,15 +285,13 @@ async def test_ingests_waiting_for_the_model_hold_no_connection_and_searches_ans
         fake_http_server.clear()
         runs = [asyncio.create_task(engine.ingest(text=_body(i), name=f"waiting-{i}")) for i in range(40)]
         try:
-            for _ in range(400):  # until every run let in has written its document and waits for the model
-                await asyncio.sleep(0.05)
-                if len(fake_http_server.requests) >= 7:
-                    break
+            # until every run let in has written its document and waits for the model
+            await until_async(lambda: len(fake_http_server.requests) >= 7, "seven runs waiting for the model")
             pool = (await engine._ready()).pool
             assert pool.checkedout() == 0  # type: ignore[attr-defined]  # none held while the model works
-            result = await asyncio.wait_for(engine.search(query, principals=TRUSTED), timeout=10)
+            result = await finishes(engine.search(query, principals=TRUSTED), "a search while ingests wait")
             assert result.hits
         finally:
             release.set()
-        reports = await asyncio.wait_for(asyncio.gather(*runs), timeout=60)
+        reports = await finishes(asyncio.gather(*runs), "the released ingests")
     assert Counter(r.documents[0].status for r in reports) == {"completed": 40}

@@ -22,6 +22,7 @@ import pytest
 from context_engine.storage import embedded
 from tests.conftest import server_dir
 from tests.pg_state import assert_nothing_running, pg_ctl_status, postgres_processes
+from tests.waiting import HANG_GUARD
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +59,7 @@ def test_a_host_that_exits_normally_stops_the_server(base: Path) -> None:
     pgdata = base / "pgdata"
     assert len(postgres_processes(pgdata)) == 1
     assert pg_ctl_status(pgdata) == 0
-    _out, err = host.communicate("\n", timeout=60)
+    _out, err = host.communicate("\n", timeout=HANG_GUARD)
     assert host.returncode == 0, err
     assert_nothing_running(pgdata)
     assert embedded.holders(pgdata) == []
@@ -69,7 +70,7 @@ def test_a_host_ended_by_a_signal_leaves_nothing_the_next_start_cannot_stop(base
     pgdata = base / "pgdata"
     host = start_host(base)
     host.send_signal(signum)
-    host.communicate(timeout=60)
+    host.communicate(timeout=HANG_GUARD)
     assert host.returncode != 0
 
     left = postgres_processes(pgdata)
@@ -120,7 +121,7 @@ def test_a_live_holder_keeps_the_server_running(base: Path) -> None:
         # this process joins again: the wheel's cached handle must list it again and see the server
         embedded.acquire(base)
         assert sorted(embedded.holders(pgdata)) == sorted([host.pid, os.getpid()])
-        host.communicate("\n", timeout=60)
+        host.communicate("\n", timeout=HANG_GUARD)
         assert len(postgres_processes(pgdata)) == 1  # now this process holds it
     finally:
         embedded.release(pgdata)
@@ -153,7 +154,7 @@ def test_a_pid_file_naming_a_reused_pid_does_not_pass_for_a_running_server(base:
     host.wait(timeout=30)
     server = psutil.Process(postmaster)
     server.kill()
-    server.wait(30)
+    server.wait(HANG_GUARD)
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         lines = (pgdata / "postmaster.pid").read_text().splitlines()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import psycopg
 
 from context_engine.storage import embedded
+from tests.waiting import until
 
 
 def _setting(url: str, name: str) -> str:
@@ -18,9 +18,8 @@ def _setting(url: str, name: str) -> str:
 
 
 def test_the_running_server_has_the_settings(pg_base_url: str) -> None:
-    deadline = time.monotonic() + 10  # the reload that applies them is asynchronous
-    while _setting(pg_base_url, "wal_recycle") != "off" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # the reload that applies them is asynchronous
+    until(lambda: _setting(pg_base_url, "wal_recycle") == "off", "the reload applying the settings")
     for name, value in embedded.SERVER_SETTINGS.items():
         assert _setting(pg_base_url, name) == value
 

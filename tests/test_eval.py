@@ -155,9 +155,10 @@ async def test_run_eval_scores_each_leg_fused_and_bm25(tmp_path: Path, database_
     config = make_config(database_url)
     report = await run_eval(write_dataset(tmp_path / "tiny"), config=config, baselines=("bm25",))
     names = [row.name for row in report.rows]
-    # every leg the configuration uses, alone, then fused; the trigram leg is off by default
-    assert names == [
-        "full-text leg alone", "vector leg alone", "graph leg alone", "fused (configured)", "BM25 (bm25s, stemmed)"]
+    # every leg the configuration uses, alone, then fused; the trigram leg is off by default, and the
+    # graph leg, which returns nothing with graph mode off, gets a note instead of a row of zeros
+    assert names == ["full-text leg alone", "vector leg alone", "fused (configured)", "BM25 (bm25s, stemmed)"]
+    assert any(note.startswith("graph leg alone not measured: it returns nothing here") for note in report.notes)
     assert report.documents == 12 and report.queries == 4 and report.chunks == 12
     for row in report.rows:
         assert 0.0 <= row.ndcg10 <= 1.0 and 0.0 <= row.recall100 <= 1.0 and 0.0 <= row.mrr10 <= 1.0
@@ -178,6 +179,7 @@ def test_cli_eval_prints_the_table(tmp_path: Path, database_url: str, capsys: py
     assert "| configuration | nDCG@10 | R@100 | MRR@10 | p50 ms | p95 ms |" in out
     for label in ("full-text leg alone", "vector leg alone", "fused (configured)"):
         assert f"| {label} |" in out
+    assert "| graph leg alone |" not in out  # graph mode is off: no row of zeros
     assert "| baseline: BM25 (bm25s, stemmed) |" in out
     assert "BEIR tiny: 12 documents (12 chunks), 4 queries" in out
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from context_engine.config import ContextEngineConfig
 from context_engine.evaluation import run_eval
 from tests.conftest import server_dir
 from tests.test_eval import write_dataset
+from tests.waiting import until
 
 
 def postgres_under(root: Path) -> list[int]:
@@ -29,8 +29,7 @@ def postgres_under(root: Path) -> list[int]:
 
 def wait_for_start(root: Path) -> None:
     """Return once a throwaway embedded server is being set up under ``root``."""
-    while not list(root.glob("ce-eval-*/pgdata")):
-        time.sleep(0.02)
+    until(lambda: list(root.glob("ce-eval-*/pgdata")), "the throwaway server's setup to begin")
 
 
 @pytest.fixture
@@ -51,7 +50,7 @@ def test_a_run_cancelled_while_its_server_starts_leaves_nothing_running(tmp_path
 
     async def cancel_during_start() -> None:
         task = asyncio.create_task(run_eval(data, config=ContextEngineConfig()))
-        await asyncio.wait_for(asyncio.to_thread(wait_for_start, temp_root), 120)
+        await asyncio.to_thread(wait_for_start, temp_root)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

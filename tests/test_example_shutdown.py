@@ -21,6 +21,7 @@ import pytest
 from context_engine.storage import embedded
 from tests.conftest import server_dir
 from tests.pg_state import assert_nothing_running, postgres_processes
+from tests.waiting import HANG_GUARD
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -54,7 +55,7 @@ def base() -> Iterator[Path]:
 
 
 def wait_until_serving(server: subprocess.Popen[str], url: str, headers: dict[str, str]) -> httpx.Response:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_GUARD  # a hang guard: a loaded machine starts slowly
     while time.monotonic() < deadline:
         if server.poll() is not None:
             pytest.fail(f"the server exited early: {server.communicate()[1]}")
@@ -102,7 +103,7 @@ def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framewor
         assert embedded.holders(pgdata) == [server.pid]
 
         server.send_signal(signum)
-        _out, err = server.communicate(timeout=60)
+        _out, err = server.communicate(timeout=HANG_GUARD)
     finally:
         if server.poll() is None:
             server.kill()
@@ -137,7 +138,7 @@ def test_ctrl_c_on_django_runserver_with_its_autoreloader_stops_postgres(base: P
         [server_pid] = embedded.holders(pgdata)
         assert server_pid != watcher.pid  # the server runs in the watcher's child
         os.killpg(watcher.pid, signal.SIGINT)
-        _out, err = watcher.communicate(timeout=60)
+        _out, err = watcher.communicate(timeout=HANG_GUARD)
     finally:
         if watcher.poll() is None:
             os.killpg(watcher.pid, signal.SIGKILL)

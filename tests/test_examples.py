@@ -120,3 +120,33 @@ def test_example_app_answers_a_search(example_env: None, framework: str) -> None
             "POST", "/context/search", {**hr, "X-Principals": "group:eng"}, {"query": "summer holidays"}
         )
         assert (status, body["hits"]) == (200, [])
+
+
+def test_the_fastapi_example_serves_its_docs_from_local_files(example_env: None) -> None:
+    """``/docs`` of the example loads Swagger UI from the app itself (the ``docs`` extra), as ``serve`` does."""
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from tests.test_cli import EXTERNAL, local_reference
+
+    module = load("fastapi_app.py")
+    try:
+        with TestClient(module.app) as client:
+            html = client.get("/docs").text
+            assert EXTERNAL.search(html) is None, EXTERNAL.search(html)
+            assets = re.findall(r"""(?:src|href)="([^"]+)\"""", html)
+            assert assets
+            for asset in assets:
+                assert local_reference(asset), asset
+                assert client.get(asset).status_code == 200, asset
+    finally:
+        sys.modules.pop(module.__name__, None)
+
+
+def test_every_example_reads_the_database_from_one_variable() -> None:
+    """``CE_DATABASE_URL``, as the library itself: no example has a variable name of its own for it."""
+    import re
+
+    for path in sorted(EXAMPLES.rglob("*.py")):
+        assert re.search(r"(?<!CE_)DATABASE_URL", path.read_text()) is None, path

@@ -18,6 +18,7 @@ from context_engine.redaction import RedactionPolicy, RedactionRule
 from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer
 from tests.graph_fakes import GraphModel, graph_config, serve_graph_model
+from tests.waiting import HANG_GUARD, finishes
 
 # calls without principals= are the trusted caller on purpose here (ACL cases pass principals)
 pytestmark = pytest.mark.filterwarnings("ignore:principals=None:DeprecationWarning")
@@ -285,7 +286,7 @@ async def test_no_connection_is_held_while_the_model_extracts(database_url: str,
 
     def slow(body: Any, headers: dict[str, str], target: Any) -> Any:
         loop.call_soon_threadsafe(asked.set)
-        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(timeout=20)
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(timeout=HANG_GUARD)
         return model(body, headers, target)
 
     server.route("POST", "/v1/chat/completions", slow)
@@ -296,8 +297,9 @@ async def test_no_connection_is_held_while_the_model_extracts(database_url: str,
                                                 "pool_timeout": 5}, **graph_config(server))
     async with ContextEngine(config) as eng:
         extraction = asyncio.create_task(eng.extract_graph(doc.documents[0].document_id))
-        await asyncio.wait_for(asked.wait(), timeout=10)  # the model is working on the extraction
-        found = await asyncio.wait_for(eng.search("annual suppliers", principals=[]), timeout=4)
+        await finishes(asked.wait(), "the extraction calling the model")  # the model is working on it
+        # held until released, so a search that needed the extraction's connection could never finish
+        found = await finishes(eng.search("annual suppliers", principals=[]), "a search during the extraction")
         assert found.usage["graph"]["reason"] == "no_graph_documents" and not extraction.done()
         release.set()
         report = await extraction

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from context_engine import TRUSTED, ContextEngine, IngestTooLarge
 from context_engine.hooks import Hooks, ProgressEvent, UsageEvent
 from tests.conftest import make_config
 from tests.fakes.http_server import FakeHTTPServer, Target, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.waiting import HANG_GUARD, finishes, until_async
 
 DIM = 8
 
@@ -147,16 +147,18 @@ async def test_batch_rejected_for_size_is_halved(database_url: str, fake_http_se
 
 async def test_racing_ingests_have_one_winner(database_url: str, fake_http_server: FakeHTTPServer) -> None:  # noqa: F811
     ok = fake_openai_embeddings(DIM)
+    release = threading.Event()
 
-    def slow(body: Any, headers: dict[str, str], target: Target) -> Any:
-        time.sleep(0.3)
+    def held(body: Any, headers: dict[str, str], target: Target) -> Any:
+        release.wait(HANG_GUARD)  # the winner stays in progress until the loser has been answered
         return ok(body, headers, target)
 
-    fake_http_server.route("POST", "/v1/embeddings", slow)
+    fake_http_server.route("POST", "/v1/embeddings", held)
     async with ContextEngine(_config(database_url, fake_http_server, max_batch_items=2)) as engine:
-        a, b = await asyncio.gather(
-            engine.ingest(text=_sections(6), name="same"), engine.ingest(text=_sections(6), name="same")
-        )
+        racing = [asyncio.create_task(engine.ingest(text=_sections(6), name="same")) for _ in range(2)]
+        await finishes(asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED), "the loser's answer")
+        release.set()
+        a, b = await asyncio.gather(*racing)
         statuses = sorted([a.documents[0].status, b.documents[0].status])
         assert statuses == ["completed", "skipped"]
         loser = a.documents[0] if a.documents[0].status == "skipped" else b.documents[0]
@@ -226,16 +228,14 @@ async def test_sweep_skips_a_run_that_is_still_moving(
     release = threading.Event()
 
     def held(body: Any, headers: dict[str, str], target: Target) -> Any:
-        release.wait(10)
+        release.wait(HANG_GUARD)
         return ok(body, headers, target)
 
     fake_http_server.route("POST", "/v1/embeddings", held)
     async with ContextEngine(_config(database_url, fake_http_server)) as engine:
         running = asyncio.create_task(engine.ingest(text=_sections(3), name="doc"))
-        for _ in range(100):  # wait until the run has stored its chunks and is embedding
-            await asyncio.sleep(0.05)
-            if fake_http_server.requests:
-                break
+        # wait until the run has stored its chunks and is embedding
+        await until_async(lambda: fake_http_server.requests, "the run calling the model")
         sweep = await engine.resume_embeddings()
         release.set()
         finished = await running

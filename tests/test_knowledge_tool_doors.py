@@ -14,7 +14,6 @@ import contextlib
 import io
 import json
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from context_engine import TRUSTED, UNSCOPED, ContextEngine, Scope, call_knowled
 from context_engine.knowledge.tool.off import OFF_SENTENCES
 from context_engine.mcp import create_mcp_app, current_request
 from tests.conftest import make_config
+from tests.waiting import until
 
 Corpus = dict[str, str]  # document name -> id
 
@@ -164,11 +164,9 @@ class ServerThread:
 
     def __enter__(self) -> str:
         self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
+        until(lambda: self.server.started or not self.thread.is_alive(), "uvicorn starting")
+        if not self.server.started:
+            raise RuntimeError("uvicorn did not start")
         port = self.server.servers[0].sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 

@@ -31,6 +31,7 @@ from context_engine.mcp.app import HOST_ERROR
 from context_engine.redaction import RedactionPolicy, RedactionRule
 from tests import test_knowledge_tool_doors as doors
 from tests.test_knowledge_tool_doors import Corpus, ServerThread
+from tests.waiting import HANG_GUARD
 
 # the doors suite's module fixtures, for a database and corpus of this module's own
 module_database = doors.module_database
@@ -206,7 +207,7 @@ async def test_cli_serves_one_database_anonymously(module_database: str, corpus:
         stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
     )
     try:
-        await _wait_for_port(port, proc, 60)
+        await _wait_for_port(port, proc, HANG_GUARD)
         async with Client(f"http://127.0.0.1:{port}/mcp") as client:  # as the README shows it
             result = await client.call_tool("search_knowledge_base", {"action": "list"})
         answer = result.structured_content

@@ -20,6 +20,7 @@ from context_engine.storage.concurrent_index import IndexBuildFailed
 from context_engine.storage.database import to_driver_url
 from context_engine.storage.migrate import migrate
 from tests.conftest import make_config
+from tests.waiting import until_async
 
 LOCAL_MODEL_DIM = 384
 
@@ -86,7 +87,9 @@ def _drop_index(url: str, name: str) -> None:
 
 async def _wait_for_build(url: str, index_table: str) -> str:
     """Poll until a CREATE INDEX CONCURRENTLY on the table is running; its current phase."""
-    for _ in range(600):
+    phase: list[str] = []
+
+    def started() -> bool:
         with psycopg.connect(url) as conn:
             row = conn.execute(
                 "SELECT p.phase FROM pg_stat_progress_create_index p "
@@ -94,9 +97,11 @@ async def _wait_for_build(url: str, index_table: str) -> str:
                 (index_table,),
             ).fetchone()
         if row is not None:
-            return str(row[0])
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no concurrent build on {index_table} started")
+            phase.append(str(row[0]))
+        return row is not None
+
+    await until_async(started, f"a concurrent build on {index_table}")
+    return phase[-1]
 
 
 async def test_ingest_completes_while_migrate_builds_the_vector_index(

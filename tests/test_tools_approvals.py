@@ -8,6 +8,7 @@ import asyncio
 import warnings
 from typing import Any
 
+import psycopg
 import pytest
 
 from context_engine import TRUSTED, ContextEngine
@@ -108,20 +109,32 @@ async def test_resolving_is_single_use_and_precise(tools_engine: ContextEngine) 
     assert again["approval_required"]["approval_id"] != approval_id
 
 
+def _expire(database_url: str, approval_id: str) -> None:
+    """Let an approval's time run out now, as waiting past its TTL would."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE ce_tool_approvals SET expires_at = clock_timestamp() - interval '1 second' WHERE id::text = %s",
+            (str(approval_id),),
+        )
+
+
 async def test_expired_approvals_cannot_be_approved_or_claimed(tools_engine: ContextEngine, database_url: str) -> None:
     counter = gated(tools_engine)
     args = {"amount": 3, "to": "late"}
-    opened = await tools_engine.execute_tool("fn_pay", args, principals=[], approval_scope="s", approval_ttl_seconds=1)
-    await asyncio.sleep(1.2)
+    opened = await tools_engine.execute_tool(
+        "fn_pay", args, principals=[], approval_scope="s", approval_ttl_seconds=600
+    )
+    _expire(database_url, opened["approval_required"]["approval_id"])
     with pytest.raises(ApprovalExpired) as caught:
         await resolve_approval(tools_engine, opened["approval_required"]["approval_id"], "approved")
     assert caught.value.status == 409 and caught.value.code == "approval_expired"
     # approved in time, but claimed after expiry: it asks again and does not run
-    fresh = await tools_engine.execute_tool("fn_pay", args, principals=[], approval_scope="s", approval_ttl_seconds=1)
+    # (a long TTL, so approving in time never depends on the machine's speed; then its time runs out)
+    fresh = await tools_engine.execute_tool("fn_pay", args, principals=[], approval_scope="s", approval_ttl_seconds=600)
     fresh_id = fresh["approval_required"]["approval_id"]
     assert fresh_id != opened["approval_required"]["approval_id"]
     await resolve_approval(tools_engine, fresh_id, "approved")
-    await asyncio.sleep(1.2)
+    _expire(database_url, fresh_id)
     late = await tools_engine.execute_tool("fn_pay", args, principals=[], approval_scope="s")
     assert "approval_required" in late and counter.calls == []
     statuses = table_rows(database_url, "SELECT status FROM ce_tool_approvals ORDER BY created_at")

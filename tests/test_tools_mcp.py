@@ -7,7 +7,6 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -21,6 +20,7 @@ from context_engine import ContextEngine
 from context_engine.tools import EgressRefused, ToolArgumentsInvalid, ToolConfig, ToolExecutionFailed
 from tests import tools_support
 from tests.tools_support import table_rows
+from tests.waiting import until
 
 hook_log = tools_support.hook_log  # a shared fixture
 tools_engine = tools_support.tools_engine  # a shared fixture
@@ -80,11 +80,9 @@ def mcp_server() -> Iterator[tuple[str, HeaderLog]]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name="fake-mcp", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the MCP test server did not start")
-        time.sleep(0.05)
+    until(lambda: server.started or not thread.is_alive(), "the MCP test server starting")
+    if not server.started:
+        raise RuntimeError("the MCP test server did not start")
     try:
         yield f"http://127.0.0.1:{port}/mcp", app
     finally:

@@ -17,7 +17,7 @@ import inspect
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -208,11 +208,10 @@ async def _run(
     started = time.perf_counter()
     context = {"dfs": {k: f.copy() for k, f in frames.items()}}
     if inspect.iscoroutinefunction(code_runner) or inspect.iscoroutinefunction(type(code_runner).__call__):
-        reply = await code_runner(code, context, settings.wall_seconds)
+        reply = await cast(Awaitable[dict[str, Any]], code_runner(code, context, settings.wall_seconds))
     else:  # a plain function: off the event loop, so a runner that blocks for seconds stalls no other call
-        reply = await asyncio.to_thread(code_runner, code, context, settings.wall_seconds)
-        if inspect.isawaitable(reply):
-            reply = await reply
+        returned: Any = await asyncio.to_thread(code_runner, code, context, settings.wall_seconds)
+        reply = await returned if inspect.isawaitable(returned) else returned
     plain = json.loads(json.dumps(reply if isinstance(reply, dict) else {"result": reply}, default=str))
     failed = plain.get("error")
     return WorkerOutcome(

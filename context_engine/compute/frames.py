@@ -64,9 +64,12 @@ class CallerScope(Protocol):
     visibility predicate, on the documents and on their chunks.
     """
 
-    principals: tuple[str, ...] | None
-    source_ids: Sequence[str] | None
-    document_ids: Sequence[str] | None
+    @property
+    def principals(self) -> tuple[str, ...] | None: ...
+    @property
+    def source_ids(self) -> Sequence[str] | None: ...
+    @property
+    def document_ids(self) -> Sequence[str] | None: ...
 
 
 def document_visibility(alias: str, params: dict[str, Any], scope: CallerScope) -> str:

@@ -350,7 +350,7 @@ class OpenAICompatibleEmbedder(Embedder):
             self.model = config.model
             self._url = f"{config.base_url.rstrip('/')}/embeddings"
         flexible = self.model.startswith("text-embedding-3")
-        if provider == "custom":
+        if provider == "custom" and config.dim is not None:  # always set for custom: refused above otherwise
             self.dim, self._send_dimensions = config.dim, (config.dim if flexible else None)
         else:
             self.dim, self._send_dimensions = resolve_dim(config, self.model, OPENAI_NATIVE_DIMS, flexible)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "F64": np.dtype("<f8")}
+_DTYPES: dict[str, np.dtype[Any]] = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "F64": np.dtype("<f8")}
 
 
 class WeightsError(ValueError):

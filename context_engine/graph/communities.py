@@ -203,7 +203,7 @@ async def rebuild(db: AsyncEngine, llm: LLMClient | None, groups: Iterable[Group
         found = _communities(entities, relations)
         params = {"s": group[0], "acl": list(group[1])}
         async with db.connect() as conn:
-            existing = dict(
+            existing: dict[Any, Any] = dict(
                 (
                     await conn.execute(
                         text(

@@ -186,12 +186,12 @@ async def traverse(
                     continue
                 seen.add(there)
                 frontier.append(there)
-                target = info[there]
+                reached_entity = info[there]
                 paths.append(
                     {
                         "target_id": there,
-                        "target": target["name"],
-                        "target_type": target["type"],
+                        "target": reached_entity["name"],
+                        "target_type": reached_entity["type"],
                         "via_id": via,
                         "via": info[via]["name"] if via in info else None,
                         "category": kind,

@@ -11,7 +11,7 @@ any more is deleted, and its relationships and community memberships go with it 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
@@ -65,7 +65,7 @@ async def document_chunks(db: AsyncEngine, document_id: str) -> tuple[str | None
     return mime, [ChunkText(int(r[0]), r[1]) for r in rows]
 
 
-async def _groups(conn: AsyncConnection, where: str, params: dict[str, object]) -> set[Group]:
+async def _groups(conn: AsyncConnection, where: str, params: Mapping[str, object]) -> set[Group]:
     statement = text(f"SELECT DISTINCT c.source_id, c.acl FROM ce_chunks c WHERE {where}")
     rows = (await conn.execute(statement, params)).all()
     return {(r[0], tuple(r[1])) for r in rows}

@@ -54,9 +54,7 @@ async def _poll(database_url: str | None) -> list[BatchOutcome]:
     from context_engine.config import ContextEngineConfig
     from context_engine.engine import ContextEngine
 
-    config = ContextEngineConfig()
-    if database_url:
-        config.database_url = database_url  # type: ignore[assignment]
+    config = ContextEngineConfig(database_url=database_url) if database_url else ContextEngineConfig()
     async with ContextEngine(config) as engine:
         return await engine.poll_batches()
 

@@ -111,11 +111,12 @@ class BatchIngestor:
         for wave in _waves(entries):
             batch = [e for e in wave if not e.single]
             alone = [e for e in wave if e.single]
-            runs = [self._guarded(e, single) for e in alone]
-            outcomes = await asyncio.gather(self._write_wave(batch, caller, single), *runs)
-            results.update(outcomes[0])
-            for entry, outcome in zip(alone, outcomes[1:], strict=True):
-                results[entry.index] = outcome
+            written = asyncio.ensure_future(self._write_wave(batch, caller, single))
+            runs = [asyncio.ensure_future(self._guarded(e, single)) for e in alone]
+            await asyncio.gather(written, *runs)
+            results.update(written.result())
+            for entry, run in zip(alone, runs, strict=True):
+                results[entry.index] = run.result()
         return results
 
     def _prepare_all(self, entries: list[Entry]) -> None:
@@ -383,7 +384,8 @@ class BatchIngestor:
                         "error": self.ingestor.scrubber.text(failure[1]),
                     }
                 )
-                await hooks.emit("on_error", ErrorEvent("embed", w.report.name, doc_id, failure[0], w.report.error))
+                event = ErrorEvent("embed", w.report.name, doc_id, failure[0], w.report.error or "")
+                await hooks.emit("on_error", event)
             elif doc_id not in unfinished:
                 w.report = w.report.model_copy(update={"status": "completed"})
                 await self._announce(w, len(written))

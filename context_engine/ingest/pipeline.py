@@ -419,12 +419,12 @@ class Ingestor:
                     meta=meta,
                     chunk_count=prepared.chunk_count,
                 )
-                write = {
+                write: dict[str, Any] = {
                     "embedding_key": services.embedder.key,
                     "text_search_config": services.text_search_config,
                 }
                 cap = services.config.ingest.max_document_text_chars
-                lease = {"lease_holder": holder, "lease_seconds": self._lease_seconds()}
+                lease: dict[str, Any] = {"lease_holder": holder, "lease_seconds": self._lease_seconds()}
                 pending: list[tuple[int, int]] | None = None
                 if prepared.chunks is not None:  # held: every chunk in one statement, pending rows returned
                     (opened,) = await repo.open_versions(conn, [head], **lease)
@@ -456,7 +456,9 @@ class Ingestor:
         if batch:
             return await self._submit_batch(share, report, holder)
         # what the vision model spent transcribing this document's pages, metered with it
-        usage = {key: prepared.meta[key] for key in ("vision_model", "vision_tokens") if key in prepared.meta}
+        usage: dict[str, Any] = {
+            key: prepared.meta[key] for key in ("vision_model", "vision_tokens") if key in prepared.meta
+        }
         if prepared.chunks is None:  # a large document: its texts are read back a page at a time
             return await self._embed_pending(share, report, holder, reused=reused, usage=usage)
         # from here on only the texts are needed: the chunk objects and their metadata are freed

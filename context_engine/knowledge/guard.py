@@ -68,7 +68,12 @@ def verdict(scores: Sequence[float | None], *, relevance_floor: float, min_tau: 
 
 def judged_order(scores: Sequence[float | None]) -> list[int]:
     """Indices (fused order) by the judge's score, best first; the fused order breaks ties."""
-    return sorted(range(len(scores)), key=lambda i: (-(scores[i] if scores[i] is not None else -1.0), i))
+
+    def rank(i: int) -> tuple[float, int]:
+        score = scores[i]
+        return (-score if score is not None else 1.0, i)
+
+    return sorted(range(len(scores)), key=rank)
 
 
 def deterministic_order(question: str, passages: Sequence[str]) -> list[int]:

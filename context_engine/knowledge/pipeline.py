@@ -213,7 +213,7 @@ async def knowledge_query(
                 similarity=round(min(1.0, max(0.0, similarity[cid])), 6) if cid in similarity else None,
                 score=round(scores[cid], 6),
                 matched_by=found_by.get(cid, []),
-                rerank_score=round(rerank_scores[cid], 4) if cid in rerank_scores else None,
+                rerank_score=round(judge, 4) if (judge := rerank_scores.get(cid)) is not None else None,
             )
             for cid in top
         ]

@@ -43,9 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from context_engine.engine import ContextEngine
     from context_engine.storage.scope import UNSCOPED
 
-    config = ContextEngineConfig()
-    if args.database_url:
-        config.database_url = args.database_url  # type: ignore[assignment]
+    config = ContextEngineConfig(database_url=args.database_url) if args.database_url else ContextEngineConfig()
     engine = ContextEngine(config)
     from context_engine.mcp.app import LOOPBACK_HOSTS
 

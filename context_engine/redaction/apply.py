@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from pydantic import SecretStr
 
@@ -62,6 +62,10 @@ class Redactor:
     def noop(self) -> bool:
         return self.policy.is_noop("output", principals=self.principals)
 
+    @overload
+    def text(self, value: str) -> str: ...
+    @overload
+    def text(self, value: None) -> None: ...
     def text(self, value: str | None) -> str | None:
         if value is None or self.noop:
             return value

@@ -155,7 +155,7 @@ class _Plan:
 class _State:
     """Everything applying a policy needs, resolved once; replaced (never mutated) by ``bind``."""
 
-    by_stage: dict[str, tuple[_Plan, ...]]
+    by_stage: dict[Stage, tuple[_Plan, ...]]
     key: bytes | None
     requires_key: bool
 

@@ -36,7 +36,7 @@ def presidio_detectors(
         raise ValueError("presidio_detectors needs a list of entity names, e.g. ['PERSON']")
     if analyzer is None:
         try:
-            from presidio_analyzer import AnalyzerEngine  # type: ignore[import-not-found]
+            from presidio_analyzer import AnalyzerEngine
         except ImportError as exc:
             raise ImportError(_INSTALL_HINT) from exc
         analyzer = AnalyzerEngine()

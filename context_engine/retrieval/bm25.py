@@ -123,7 +123,7 @@ async def rank(
     params["bm25_k1"] = float(k1)
     params["bm25_b"] = float(b)
     if as_of is None:
-        weights = (await conn.execute(text(_weights_sql(terms, stats_scope, params)), params)).all()
+        weights: Sequence[Any] = (await conn.execute(text(_weights_sql(terms, stats_scope, params)), params)).all()
     else:
         weights = await _weights_as_of(conn, terms, stats_scope, params, as_of)
     if report is not None:
@@ -160,17 +160,17 @@ async def rank(
         # every gated chunk's bound reaches the floor, so the bound order would prove little: score them all
         params["bm25_gate"] = gate
         gated = f"({tsquery}) && CAST(:bm25_gate AS tsquery)"
-        rows = (await conn.execute(text(_full_sql(gated, chunks)), params)).all()
+        gated_rows = (await conn.execute(text(_full_sql(gated, chunks)), params)).all()
         if report is not None:
-            candidates = int(rows[0][2]) if rows else 0
+            candidates = int(gated_rows[0][2]) if gated_rows else 0
             report.update({"candidates": candidates, "scored": candidates, "pass": "pruned"})
-        return [(int(r[0]), float(r[1])) for r in rows]
-    rows, candidates, exact = await _bounded(conn, tsquery, chunks, bound_sql, params, limit, bound_depth)
+        return [(int(r[0]), float(r[1])) for r in gated_rows]
+    scored, candidates, exact = await _bounded(conn, tsquery, chunks, bound_sql, params, limit, bound_depth)
     if report is not None:
         depth = max(1, bound_depth * limit)
         report.update({"candidates": candidates, "scored": min(candidates, depth) if exact else candidates})
         report["pass"] = "bounded" if exact else "full"
-    return rows
+    return scored
 
 
 async def _bounded(
@@ -217,7 +217,8 @@ async def _floor(
     """
     rarest = sorted(range(len(weights)), key=lambda i: (-term_bounds[i], str(weights[i][0])))
     budget = min(SEED_POSTINGS, SEED_SHARE * sum(float(w[3]) for w in weights))
-    seed, total = [], 0.0
+    seed: list[int] = []
+    total = 0.0
     for i in rarest:
         if float(weights[i][3]) <= 0:
             continue  # in no chunk the caller may see: it finds no seed

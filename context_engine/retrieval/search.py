@@ -14,6 +14,7 @@ returned come from those rows. Only a very deep candidate list is grouped on ids
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from context_engine.models import DocumentHit, Hit, SearchResult
@@ -115,7 +116,7 @@ def _hits(
     """The winners as hits, in fused order, redacted (a no-op policy is checked once, not per field)."""
     similarity = dict(retrieval.for_query(0).get("vector", []))
     found_by = retrieval.found_by()
-    redact = (lambda value: value) if red.noop else red.text
+    redact: Callable[[str], str] = (lambda value: value) if red.noop else red.text
     return [
         Hit(
             document_id=str(row["document_id"]),

@@ -42,7 +42,7 @@ async def content_digest(source: bytes | Path | Any) -> str:
 def ingest_fingerprint(
     content: str,
     *,
-    name: str,
+    name: str | None,
     source_id: str,
     acl: list[str],
     attributes: dict[str, Any],

@@ -18,30 +18,101 @@ from pathlib import Path
 
 import psycopg
 from sqlalchemy import event
-from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine.config import ContextEngineConfig, database_url_text
-from context_engine.errors import StorageUnavailable
+from context_engine.errors import ConfigError, ContextEngineError, DatabaseRefused, StorageUnavailable
 from context_engine.storage import embedded
+
+#: the URL schemes that name PostgreSQL (psycopg 3 serves them all)
+POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg", "postgresql+asyncpg")
+
+
+def check_database_url(url: str, setting: str = "database_url") -> None:
+    """Refuse a URL that is not PostgreSQL's, naming its scheme only (the rest may hold a password)."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    try:
+        driver = make_url(url).drivername
+    except Exception:
+        driver = ""
+    if driver not in POSTGRES_SCHEMES:
+        shown = f"{scheme}://" if scheme and scheme.replace("+", "").replace("_", "").isalnum() else "this URL"
+        raise ConfigError(
+            f"{setting}: unsupported URL scheme {shown}; context-engine runs on PostgreSQL: "
+            "postgresql://user:password@host:5432/dbname",
+            code="unsupported_database_url",
+        )
 
 
 def to_driver_url(url: str) -> str:
     """Accept ``postgresql://`` / ``postgres://`` URLs and run them on psycopg 3."""
+    check_database_url(url)
     parsed = make_url(url)
-    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
+    if parsed.drivername in POSTGRES_SCHEMES:
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
 
 
+def server_address(url: URL | None) -> str:
+    """Where a URL points, for an error message: ``host:port`` (or the socket directory), never its password."""
+    if url is None:
+        return "the configured server"
+    query_host = url.query.get("host")
+    host = url.host or (query_host if isinstance(query_host, str) else None) or "localhost"
+    port = url.port or url.query.get("port") or 5432
+    if host.startswith("/"):
+        return f"the socket in {host} (port {port})"
+    return f"{host}:{port}"
+
+
+#: what libpq says when the server refused the credentials (it reports no SQLSTATE for a failed connect)
+_REFUSED_CREDENTIALS = ("authentication failed", "no pg_hba.conf entry", "role \"", "password is required")
+
+
+def connect_failure(exc: BaseException, url: URL | None) -> ContextEngineError:
+    """A failed connect as the error that says what happened and where.
+
+    A refused password or a missing database is the configuration's fault and says so; anything
+    else (refused, timed out, unknown host) is reported as unreachable and retryable.
+    """
+    where = server_address(url)
+    reason = str(exc).strip()
+    first = reason.splitlines()[0] if reason else ""
+    said = first.split("FATAL:", 1)[1].strip() if "FATAL:" in first else ""
+    user = f' as user "{url.username}"' if url is not None and url.username else ""
+    if any(marker in reason for marker in _REFUSED_CREDENTIALS):
+        return DatabaseRefused(
+            f"the database server at {where} refused the sign-in{user} (authentication failed): "
+            "check the user name and password in database_url; retrying will not help",
+            details={"server": where},
+        )
+    if said.startswith("database ") and said.endswith("does not exist"):
+        return DatabaseRefused(
+            f"{said} on the server at {where}: create it (CREATE DATABASE ...) or fix database_url",
+            code="database_not_found",
+            details={"server": where},
+        )
+    detail = first.rsplit("failed:", 1)[-1].strip() if "failed:" in first else ""
+    because = f" ({detail})" if detail and len(detail) < 160 else ""
+    return StorageUnavailable(
+        f"the database at {where} could not be reached{because}; check the host and port, or retry shortly",
+        details={"server": where},
+    )
+
+
 def report_unreachable(context: ExceptionContext) -> None:
-    """A connection that was refused or lost becomes ``StorageUnavailable``; any other database
-    error keeps its type. A failed pre-ping is left to the pool, which reconnects on its own."""
+    """A connection that was refused or lost becomes ``StorageUnavailable`` (a refused sign-in
+    ``DatabaseRefused``); any other database error keeps its type. A failed pre-ping is left to
+    the pool, which reconnects on its own."""
     if context.is_pre_ping:
         return
     refused = context.connection is None and isinstance(context.original_exception, psycopg.OperationalError)
-    if context.is_disconnect or refused:
-        raise StorageUnavailable("the database could not be reached; retry shortly")
+    if refused:
+        url = context.engine.url if context.engine is not None else None
+        raise connect_failure(context.original_exception, url)
+    if context.is_disconnect:
+        raise StorageUnavailable("the database connection was lost; retry shortly")
 
 
 class Database:
@@ -51,6 +122,8 @@ class Database:
         self._config = config
         self._engines: dict[asyncio.AbstractEventLoop, AsyncEngine] = {}
         self._url: str | None = database_url_text(config)
+        if self._url is not None:
+            check_database_url(self._url)  # refused when the engine is built, not on its first query
         self._pgdata: Path | None = None
         self._lock = threading.Lock()
         self.embedded = self._url is None
@@ -80,7 +153,9 @@ class Database:
     async def url(self) -> str:
         """The server URL, starting the embedded server on first need."""
         if self._url is None:
-            self._pgdata, self._url = await asyncio.to_thread(self._acquire)
+            self._pgdata, url = await asyncio.to_thread(self._acquire)
+            self._url = url
+            return url
         return self._url
 
     def _acquire(self) -> tuple[Path, str]:

@@ -26,6 +26,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,7 +196,37 @@ def remove(data_dir: Path) -> None:
         if base.is_dir():
             with _start_lock(base):
                 stop_server(pgdata)
+                # a start that failed half-way (the wheel gives up on a slow ``pg_ctl start``) can
+                # leave a postmaster running that never wrote its pid file; it would write into the
+                # directory while it is deleted and keep part of it alive
+                _stop_servers_started_in(pgdata)
+        _delete_tree(base)
+
+
+def _stop_servers_started_in(pgdata: Path, timeout: float = 30.0) -> None:
+    """Stop every postmaster whose command line names ``pgdata`` (found by name, not by pid file)."""
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if process.info["name"] == "postgres" and str(pgdata) in (process.info["cmdline"] or []):
+                found.append(process)
+    for process in found:
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signal.SIGINT)
+    _gone, alive = psutil.wait_procs(found, timeout=timeout)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=timeout)
+
+
+def _delete_tree(base: Path, attempts: int = 50) -> None:
+    """Delete ``base``; a file a dying server process writes meanwhile is deleted on the next pass."""
+    for _ in range(attempts):
         shutil.rmtree(base, ignore_errors=True)
+        if not base.exists():
+            return
+        time.sleep(0.1)
 
 
 def stop_server(pgdata: Path, timeout: float = 30.0) -> bool:

@@ -25,13 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import text
+from sqlalchemy.engine.interfaces import IsolationLevel
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.errors import ConfigError, ContextEngineError, DimensionMismatch
 from context_engine.storage import concurrent_index
 from context_engine.storage.concurrent_index import Announce
-from context_engine.storage.extensions import check_extensions
+from context_engine.storage.extensions import DatabaseUnsuitable, check_extensions
+from context_engine.storage.readiness import check_readiness, statements_for_dba
 
 _LOCK_ID = 0x43455F4D  # "CE_M"
 _LOCK_POLL_SECONDS = 0.2
@@ -112,6 +114,7 @@ async def migrate(
         await _lock(conn)
         try:
             await check_extensions(conn)
+            await require_readiness(conn, wanted_revisions(requested))
             locked_dim = await _meta(conn, "embedding_dim")
             if locked_dim is not None and int(locked_dim) != dim:
                 raise DimensionMismatch(
@@ -143,6 +146,29 @@ async def migrate(
     return report
 
 
+def wanted_revisions(requested: set[str]) -> list[str]:
+    """The revisions a run applies: every file but the optional ones nobody asked for."""
+    return [
+        p.stem
+        for p in revision_files()
+        if p.stem not in OPTIONAL_REVISIONS or OPTIONAL_REVISIONS[p.stem] in requested
+    ]
+
+
+async def require_readiness(conn: AsyncConnection, revisions: list[str]) -> None:
+    """Refuse, before any statement runs, a role that lacks what the revisions need, with the statements
+    a superuser runs to grant it (instead of ``permission denied to create extension "vector"`` part-way)."""
+    found = await check_readiness(conn, revisions)
+    if found.ready:
+        return
+    raise DatabaseUnsuitable(
+        f"migrate cannot run as role {found.role}: {'; '.join(found.missing)}. "
+        f"Ask a superuser to run these, then run migrate again:\n{statements_for_dba(found)}",
+        code="database_privileges_missing",
+        details={"missing": found.missing, "statements": found.statements},
+    )
+
+
 async def _lock(conn: AsyncConnection) -> None:
     """Take the session-level migration lock, waiting without holding a snapshot."""
     while True:
@@ -162,7 +188,7 @@ class _Step:
 @dataclass
 class _Runner:
     conn: AsyncConnection
-    transaction_level: str
+    transaction_level: IsolationLevel | None
     announce: Announce
     report: MigrationReport
 

@@ -98,9 +98,7 @@ def _describe(exc: Exception) -> str:
 def _engine(database_url: str | None) -> Any:
     from context_engine.engine import ContextEngine
 
-    config = ContextEngineConfig()
-    if database_url:
-        config.database_url = database_url  # type: ignore[assignment]
+    config = ContextEngineConfig(database_url=database_url) if database_url else ContextEngineConfig()
     return ContextEngine(config)
 
 
@@ -207,9 +205,9 @@ async def _admin_url(given: str | None) -> AsyncIterator[str]:
     from context_engine.storage import embedded
 
     config = ContextEngineConfig()
-    url = given or database_url_text(config)
-    if url:
-        yield url
+    named = given or database_url_text(config)
+    if named:
+        yield named
         return
     pgdata, url = await asyncio.to_thread(embedded.acquire, config.storage.data_dir)
     try:

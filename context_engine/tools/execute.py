@@ -26,6 +26,7 @@ from context_engine.errors import ContextEngineError, InvalidRequest
 from context_engine.hooks import Hooks, ToolCallEvent
 from context_engine.redaction.apply import Redactor
 from context_engine.tools import approvals, audit, db_tool, http_tool, mcp_tool, registry
+from context_engine.tools.availability import ToolsDisabled, stored_tools_off
 from context_engine.tools.crypto import ConfigCipher
 from context_engine.tools.egress import Resolver
 from context_engine.tools.errors import (
@@ -175,6 +176,9 @@ async def execute_tool(
             record.kind = tool.kind if isinstance(tool, ToolEntry) else "function"
             config: dict[str, Any] = {}
             if isinstance(tool, ToolEntry):
+                off = stored_tools_off(runtime.secret_key)
+                if off is not None:  # a deployment without the key: said at once, never a failure inside the call
+                    raise ToolsDisabled(off)
                 config = ConfigCipher(runtime.secret_key).decrypt(sealed, str(tool.tool_id))
                 secrets = secret_values(config)
                 hiding.enter_context(hidden_from_logs(secrets))

@@ -104,7 +104,7 @@ class FunctionRegistry:
             raise ToolConfigInvalid("register_function_tool needs a callable")
         try:
             spec = ToolConfig(
-                name=name or getattr(fn, "__name__", ""),
+                name=str(name or getattr(fn, "__name__", "")),
                 kind="function",
                 description=description if description is not None else inspect.getdoc(fn) or "",
                 acl=list(acl or []),

@@ -33,7 +33,7 @@ class ReaderRole:
     """The statements that create the role, and the URL a db tool connects with."""
 
     name: str
-    statements: list[sql.Composable]
+    statements: list[sql.Composed]
     url: str
     tables: list[tuple[str, str]]
 
@@ -65,7 +65,7 @@ async def plan(
         found = [(str(s), str(t)) for s, t in await cur.fetchall()]
     chosen = _chosen(found, tables, schemas)
     role = sql.Identifier(name)
-    statements: list[sql.Composable] = [
+    statements: list[sql.Composed] = [
         sql.SQL(
             "CREATE ROLE {} LOGIN PASSWORD {} NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
         ).format(role, sql.Literal(password)),

@@ -12,7 +12,7 @@ try:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 except ImportError:  # the ``tools`` extra is not installed; refused when a schema is checked
-    Draft202012Validator = None  # type: ignore[assignment,misc]
+    Draft202012Validator = None
 
     class SchemaError(Exception):  # type: ignore[no-redef]
         message = ""

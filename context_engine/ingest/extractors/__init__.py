@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, BinaryIO
+from typing import IO, TYPE_CHECKING
 
 from context_engine.errors import IngestTooLarge
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
@@ -151,7 +151,7 @@ def extract_source(src: Source, mime: str | None = None) -> Extracted:
 
 
 def extract(
-    source: bytes | pathlib.Path | BinaryIO,
+    source: bytes | pathlib.Path | IO[bytes],
     *,
     name: str | None = None,
     mime: str | None = None,

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO
+from typing import IO, TYPE_CHECKING
 
 from context_engine.ingest.extracted import Extracted, ExtractionFailed
 
@@ -42,7 +42,7 @@ class Source:
     max_rows: int | None = None
     data: bytes | None = None
     path: pathlib.Path | None = None
-    file: BinaryIO | None = None
+    file: IO[bytes] | None = None
     depth: int = 0
     #: ``vision_llm``'s transcriber for this ingest (scanned pages, images); None reads them as before
     vision: PageTranscriber | None = field(default=None, repr=False)
@@ -51,7 +51,7 @@ class Source:
     @classmethod
     def of(
         cls,
-        source: bytes | bytearray | memoryview | pathlib.Path | str | BinaryIO,
+        source: bytes | bytearray | memoryview | pathlib.Path | str | IO[bytes],
         *,
         name: str | None,
         max_rows: int | None,
@@ -98,7 +98,7 @@ class Source:
         return end - self._start
 
     @contextmanager
-    def open(self) -> Iterator[BinaryIO]:
+    def open(self) -> Iterator[IO[bytes]]:
         """A binary stream positioned at the start of the content."""
         if self.data is not None:
             yield io.BytesIO(self.data)

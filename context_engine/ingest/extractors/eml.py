@@ -31,7 +31,8 @@ def _body_units(message: EmailMessage, subject: str | None, depth: int) -> list[
     try:
         content = body.get_content()
     except (LookupError, ValueError):  # an unknown charset: fall back to our own decoding
-        content = (body.get_payload(decode=True) or b"").decode("utf-8", "replace")
+        payload = body.get_payload(decode=True)
+        content = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else ""
     if not isinstance(content, str) or not content.strip():
         return []
     if body.get_content_subtype() == "html":

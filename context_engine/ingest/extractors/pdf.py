@@ -38,7 +38,7 @@ OcrFn = Callable[[Any], str]
 def ocr_engine() -> OcrFn | None:
     """``image -> text`` through pytesseract, or None when the extra or the binary is missing."""
     try:
-        import pytesseract  # type: ignore[import-not-found]
+        import pytesseract
     except ImportError:
         return None
     try:

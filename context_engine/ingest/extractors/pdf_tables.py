@@ -11,7 +11,7 @@ layer: no OCR, no model, no network. Pages without a table keep pypdf's text unc
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from context_engine.ingest.extracted import Unit
 from context_engine.ingest.extractors._base import Source, pipe_table
@@ -32,7 +32,8 @@ def table_pages(source: Source, pages: Iterable[int]) -> dict[int, list[Unit]]:
     import pdfplumber
 
     found: dict[int, list[Unit]] = {}
-    with source.open() as stream, pdfplumber.open(stream) as document:
+    # any readable binary file works; pdfplumber's annotation names two concrete classes only
+    with source.open() as stream, pdfplumber.open(cast(Any, stream)) as document:
         for number in pages:
             page = document.pages[number - 1]
             try:

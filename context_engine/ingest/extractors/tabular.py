@@ -126,7 +126,7 @@ def infer_type(values: Iterable[Any]) -> str:
 def cell_text(value: Any) -> str:
     """A cell as CSV text: ISO dates, TRUE/FALSE, integers without a trailing ``.0``."""
     if value.__class__ is str:  # the common case, first: this runs once per cell
-        return value  # type: ignore[no-any-return]
+        return value
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -144,7 +144,7 @@ def cell_text(value: Any) -> str:
 
 def _is_empty(value: Any) -> bool:
     if value.__class__ is str:
-        return not value or value.isspace()  # type: ignore[no-any-return]
+        return not value or value.isspace()
     return value is None
 
 

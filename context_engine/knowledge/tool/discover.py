@@ -18,6 +18,7 @@ from context_engine.knowledge.tool.off import off_reason
 from context_engine.knowledge.tool.properties import ACTION_PURPOSES, KNOWLEDGE_ACTIONS
 from context_engine.knowledge.tool.sheets import frame_keys
 from context_engine.redaction.apply import Redactor
+from context_engine.tools.availability import stored_tools_off
 
 DEFAULT_LIMIT = 50
 #: items of one list inside a structure (columns, sections, keys) when the documents were not named
@@ -93,6 +94,9 @@ async def discover(call: ToolCall) -> dict[str, Any]:
     ]
     answer["fields_by_type"] = _fields(field_rows, red)
     answer["available_actions"] = _available(call)
+    tools_off = stored_tools_off(call.engine.config.secret_key)
+    if tools_off is not None:  # so an agent does not plan on a governed tool that cannot run here
+        answer["governed_tools"] = f"OFF: {tools_off}"
     answer["next_action"] = _next_actions(call, documents)
     return answer
 

@@ -94,6 +94,7 @@ async def _forced_index_scan(
     gucs = ", ".join(f"set_config(%(g{i})s, %(s{i})s, true)" for i in range(len(settings)))
     compiled = statement.compile(dialect=conn.dialect)
     raw = (await conn.get_raw_connection()).driver_connection
+    assert raw is not None  # a checked-out connection always has its driver connection
     try:
         async with raw.pipeline(), raw.transaction():
             await raw.execute(f"SELECT {gucs}", values)
