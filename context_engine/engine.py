@@ -442,6 +442,7 @@ class ContextEngine:
             attributes=scrub.obj(dict(attributes or {})),
             mime=mime,
             single=key is not None,
+            keyed=key is not None,
         )
 
     # ------------------------------------------------------------------ search

@@ -216,18 +216,38 @@ async def renew_lease(conn: AsyncConnection, document_id: str, holder: str, seco
     return found is not None
 
 
-async def claim_lease(conn: AsyncConnection, document_id: str, holder: str, seconds: float) -> int | None:
-    """Take a document left in ``embedding`` whose lease is free or has run out (its run died);
-    returns its current version, or None when it is finished or another run holds it."""
+async def claim_document(conn: AsyncConnection, document_id: str, holder: str, seconds: float) -> int | None:
+    """Make ``holder`` the run of a document left in ``embedding`` (the caller owns its identity's
+    session lock, so any earlier holder is dead or lost); returns its current version, or None when
+    it is finished meanwhile."""
     found = await conn.scalar(
         text(
             f"UPDATE ce_documents SET lease_holder = CAST(:h AS uuid), lease_until = {_LEASE_UNTIL} "
-            "WHERE id = CAST(:d AS uuid) AND status = 'embedding' "
-            "AND (lease_holder IS NULL OR lease_until <= clock_timestamp()) RETURNING version"
+            "WHERE id = CAST(:d AS uuid) AND status = 'embedding' RETURNING version"
         ),
         {"d": document_id, "h": holder, "t": seconds},
     )
     return int(found) if found is not None else None
+
+
+async def let_go(conn: AsyncConnection, document_id: str, holder: str) -> None:
+    """A run that stops early clears its token; the document stays as it is (resumable)."""
+    await conn.execute(
+        text(
+            "UPDATE ce_documents SET lease_holder = NULL, lease_until = NULL "
+            "WHERE id = CAST(:d AS uuid) AND lease_holder = CAST(:h AS uuid)"
+        ),
+        {"d": document_id, "h": holder},
+    )
+
+
+async def embedding_progress(conn: AsyncConnection, document_id: str) -> dict[str, Any]:
+    """The document's recorded ``meta.embedding_progress`` (empty when there is none)."""
+    found = await conn.scalar(
+        text("SELECT meta -> 'embedding_progress' FROM ce_documents WHERE id = CAST(:d AS uuid)"),
+        {"d": document_id},
+    )
+    return dict(found) if isinstance(found, dict) else {}
 
 
 async def count_pending(conn: AsyncConnection, document_id: str) -> int:
