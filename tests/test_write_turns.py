@@ -107,7 +107,10 @@ async def test_twenty_concurrent_new_versions_are_all_stored_in_turn(database_ur
     async with ContextEngine(make_config(database_url), embedder=WordEmbedder()) as eng:
         first = (await eng.ingest(text="Version zero of the notes.", name="notes.md")).documents[0]
         reports = await asyncio.gather(
-            *(eng.ingest(text=f"Version {i} of the notes.", name="notes.md", idempotency_key=f"v{i}") for i in range(20))
+            *(
+                eng.ingest(text=f"Version {i} of the notes.", name="notes.md", idempotency_key=f"v{i}")
+                for i in range(20)
+            )
         )
         statuses = [r.documents[0].status for r in reports]
         assert statuses == ["completed"] * 20
@@ -122,9 +125,10 @@ async def test_a_writer_whose_turn_does_not_come_is_told_to_retry_and_spends_no_
     from context_engine.storage import session_locks
 
     config = make_config(database_url, ingest={"write_wait_seconds": 0.2})
-    async with ContextEngine(config, embedder=WordEmbedder()) as eng, ContextEngine(
-        config, embedder=WordEmbedder()
-    ) as other:
+    async with (
+        ContextEngine(config, embedder=WordEmbedder()) as eng,
+        ContextEngine(config, embedder=WordEmbedder()) as other,
+    ):
         # another process's run owns the document (its identity lock is held on its lock connection)
         locks = session_locks.locks_for(await other._ready())
         held = await locks.acquire(session_locks.document_key(repo.identity_key("default", "held.md")), 1.0)
@@ -150,9 +154,10 @@ async def test_the_route_answers_409_document_busy_with_retry_after(database_url
 
     fastapi = pytest.importorskip("fastapi")
     config = make_config(database_url, ingest={"write_wait_seconds": 0.2})
-    async with ContextEngine(config, embedder=WordEmbedder()) as eng, ContextEngine(
-        config, embedder=WordEmbedder()
-    ) as other:
+    async with (
+        ContextEngine(config, embedder=WordEmbedder()) as eng,
+        ContextEngine(config, embedder=WordEmbedder()) as other,
+    ):
         app = fastapi.FastAPI()
         app.include_router(create_router(eng, auth=lambda request: True, principals=lambda request: TRUSTED))
         locks = session_locks.locks_for(await other._ready())
