@@ -69,6 +69,9 @@ class EmbeddingConfig(BaseModel):
     max_batch_tokens: int | None = Field(default=None, ge=1)
     max_input_tokens: int | None = Field(default=None, ge=1)
     max_concurrency: int = Field(default=4, ge=1, le=64)
+    #: embedding requests of all ingests in this process in flight at once, served in turns across
+    #: documents so a large one never starves a small one (the local model: always one at a time)
+    max_inflight: int = Field(default=8, ge=1, le=256)
     #: how tokens are counted for chunking and batch budgets: ``auto`` counts exactly when the tokenizer
     #: is already on disk (never downloads) and estimates otherwise; ``exact`` may fetch cl100k once
     #: (OpenAI family; ``local`` always has its own); ``estimate`` is UTF-8 bytes / ``token_bytes_ratio``

@@ -35,7 +35,7 @@ from typing import Any
 
 from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, NameTaken, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent
-from context_engine.ingest import batching
+from context_engine.ingest import batching, fair_share
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pipeline import (
     UNNAMED,
@@ -407,6 +407,8 @@ class BatchIngestor:
                 concurrency=services.config.embedding.max_concurrency,
                 on_batch=store,
                 stats=stats,
+                gate=fair_share.gate_for(embedder, services.config.embedding.max_inflight),
+                owner=holder,
             )
             nothing_pending = {d: by_id[d].progress for d in open_ids if not by_id[d].pending}
             if nothing_pending:

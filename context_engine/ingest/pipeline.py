@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, NameTaken, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
-from context_engine.ingest import batch_embedding, batching
+from context_engine.ingest import batch_embedding, batching, fair_share
 from context_engine.ingest.chunker import Chunk, chunk_units, normalise
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pool_share import IngestShare, share_for
@@ -632,6 +632,7 @@ class Ingestor:
 
         max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
         stats = batching.RunStats(item_cap=max_items)
+        gate = fair_share.gate_for(embedder, services.config.embedding.max_inflight)
         after = -1
         try:
             if pending is not None:  # the rows just written: their ids and texts are at hand
@@ -645,6 +646,8 @@ class Ingestor:
                     concurrency=services.config.embedding.max_concurrency,
                     on_batch=store,
                     stats=stats,
+                    gate=gate,
+                    owner=doc_id,
                 )
             while pending is None:  # a page of pending rows at a time, so a large document's texts are never all held
                 async with share.connect() as conn:
@@ -666,6 +669,8 @@ class Ingestor:
                     concurrency=services.config.embedding.max_concurrency,
                     on_batch=store,
                     stats=stats,
+                    gate=gate,
+                    owner=doc_id,
                 )
             if not finished:  # nothing was pending, or a resume that found no rows left
                 async with share.begin() as conn:
