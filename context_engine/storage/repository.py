@@ -47,7 +47,7 @@ async def current_revision(db: AsyncEngine) -> int:
 async def find_by_identity(
     conn: AsyncConnection, source_id: str, name: str, *, for_update: bool = False
 ) -> dict[str, Any] | None:
-    """The document filed under this identity; ``leased`` says a live run is embedding it.
+    """The document filed under this identity (who may write it is its session lock, not this row).
 
     ``for_update`` row-locks it until the caller's transaction ends (a writer re-reading it).
     """
@@ -55,9 +55,8 @@ async def find_by_identity(
         (
             await conn.execute(
                 text(
-                    "SELECT id, content_hash, status, version, "
-                    "(lease_holder IS NOT NULL AND lease_until > clock_timestamp()) AS leased "
-                    "FROM ce_documents WHERE source_id = :s AND name = :n" + (" FOR UPDATE" if for_update else "")
+                    "SELECT id, content_hash, status, version FROM ce_documents WHERE source_id = :s AND name = :n"
+                    + (" FOR UPDATE" if for_update else "")
                 ),
                 {"s": source_id, "n": name},
             )
@@ -68,22 +67,10 @@ async def find_by_identity(
     return dict(row) if row else None
 
 
-IDENTITY_LOCK_SQL = "hashtextextended(:k, 7)"
-
-
 def identity_key(source_id: str, name: str) -> str:
+    """The key a document identity's locks are taken on (session locks of its run, and the
+    transaction locks of a bulk load, hashed alike)."""
     return f"{len(source_id)}:{source_id}/{name}"
-
-
-async def try_identity_lock(conn: AsyncConnection, source_id: str, name: str) -> bool:
-    """Lock a document identity for the caller's transaction only (released by its commit or
-    rollback, or by the server when the connection dies), so two writers of one identity never
-    interleave and no lock outlives the transaction or costs a connection of its own."""
-    return bool(
-        await conn.scalar(
-            text(f"SELECT pg_try_advisory_xact_lock({IDENTITY_LOCK_SQL})"), {"k": identity_key(source_id, name)}
-        )
-    )
 
 
 _LEASE_UNTIL = "clock_timestamp() + make_interval(secs => CAST(:t AS double precision))"
@@ -97,29 +84,13 @@ async def find_identities(
         return {}
     rows = await conn.execute(
         text(
-            "SELECT d.id, d.source_id, d.name, d.content_hash, d.status, d.version, "
-            "(d.lease_holder IS NOT NULL AND d.lease_until > clock_timestamp()) AS leased FROM ce_documents d "
+            "SELECT d.id, d.source_id, d.name, d.content_hash, d.status, d.version FROM ce_documents d "
             "JOIN unnest(CAST(:s AS text[]), CAST(:n AS text[])) AS x(s, n) ON d.source_id = x.s AND d.name = x.n "
             "ORDER BY d.id" + (" FOR UPDATE OF d" if for_update else "")
         ),
         {"s": [i[0] for i in identities], "n": [i[1] for i in identities]},
     )
     return {(r["source_id"], r["name"]): dict(r) for r in rows.mappings()}
-
-
-async def try_identity_locks(conn: AsyncConnection, identities: Sequence[tuple[str, str]]) -> list[bool]:
-    """:func:`try_identity_lock` for many identities in one statement (input order)."""
-    if not identities:
-        return []
-    keys = [identity_key(s, n) for s, n in identities]
-    rows = await conn.execute(
-        text(
-            f"SELECT pg_try_advisory_xact_lock({IDENTITY_LOCK_SQL.replace(':k', 'x.k')}) FROM "
-            "unnest(CAST(:keys AS text[])) WITH ORDINALITY AS x(k, ord) ORDER BY x.ord"
-        ),
-        {"keys": keys},
-    )
-    return [bool(r[0]) for r in rows]
 
 
 async def visible_documents(conn: AsyncConnection, document_ids: Sequence[str], scope: ReadScope) -> set[str]:
