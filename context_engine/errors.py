@@ -102,6 +102,7 @@ class DimensionMismatch(ContextEngineError):
 class StorageUnavailable(ContextEngineError):
     code = "storage_unavailable"
     status = 503
+    retry_after = 1
 
 
 class StorageBusy(ContextEngineError):

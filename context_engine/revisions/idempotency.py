@@ -161,9 +161,7 @@ async def run_once(
         await locks.release(held)
 
 
-def _answer(
-    row: dict[str, Any] | None, source_id: str, key: str, operation: str, digest: str
-) -> Outcome | None:
+def _answer(row: dict[str, Any] | None, source_id: str, key: str, operation: str, digest: str) -> Outcome | None:
     """The recorded answer of the key, ``None`` while it has none; refuses other content."""
     if row is None:
         return None

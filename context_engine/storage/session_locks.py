@@ -32,6 +32,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from context_engine.errors import StorageUnavailable
+
 log = logging.getLogger("context_engine.storage")
 
 #: the hash that turns a key into the server's 64-bit lock id (transaction locks of a writer use it too)
@@ -163,14 +165,14 @@ class SessionLocks:
         connection is replaced once and the ask repeated."""
         for attempt in (1, 2):
             async with self._io:
-                conn = await self._connection()
                 try:
+                    conn = await self._connection()
                     got = await conn.scalar(text(f"SELECT pg_try_advisory_lock({LOCK_ID_SQL})"), {"k": key})
                     return self.generation if got else None
-                except Exception:
+                except Exception as exc:
                     await self._drop()
                     if attempt == 2:
-                        raise
+                        raise StorageUnavailable("the database could not be reached; retry shortly") from exc
         return None
 
     async def _unlock(self, held: Held) -> None:
