@@ -329,10 +329,27 @@ async def list_phase(url: str, provider: str) -> None:
         report = await engine.ingest_many([{"text": "0"}] * 1000)
         took = time.monotonic() - started
         docs = await scalar(engine, "SELECT count(*) FROM ce_documents WHERE name LIKE 'untitled-%'")
+        route_status, route_took = await _list_over_http(engine)
     print("\n## a list of 1,000 identical entries")
-    print("| entries | completed | skipped (unchanged) | documents stored | seconds |")
-    print("|---:|---:|---:|---:|---:|")
-    print(f"| 1000 | {report.totals['completed']} | {report.totals['skipped']} | {docs} | {took:.2f} |")
+    print("| door | entries | completed | skipped (unchanged) | documents stored | seconds |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| `ingest_many` | 1000 | {report.totals['completed']} | {report.totals['skipped']} | {docs} | {took:.2f} |")
+    print(f"| `POST /documents` (FastAPI, in process) | 1000 | HTTP {route_status} | | | {route_took:.2f} |")
+
+
+async def _list_over_http(engine: ContextEngine) -> tuple[int, float]:
+    """The same list through the FastAPI adapter (another text, so it is new content)."""
+    import httpx
+    from fastapi import FastAPI
+
+    from adapters.fastapi import create_router
+
+    app = FastAPI()
+    app.include_router(create_router(engine, auth=lambda request: True, principals=lambda request: TRUSTED))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench") as client:
+        started = time.monotonic()
+        response = await client.post("/documents", json=[{"text": "1"}] * 1000, timeout=600)
+        return response.status_code, time.monotonic() - started
 
 
 async def run(args: argparse.Namespace, url: str, base: Path) -> None:
