@@ -45,6 +45,7 @@ from typing import Any
 from sqlalchemy import text
 
 from context_engine import TRUSTED, ContextEngine, ContextEngineConfig, ContextEngineError
+from context_engine.hooks import Hooks, ProgressEvent
 from context_engine.storage import embedded
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +177,14 @@ asyncio.run(main())
 async def kills_phase(url: str, provider: str, slow_provider: str, rounds: int, sections: int, base: Path) -> None:
     config = ContextEngineConfig(**settings(url, provider))  # type: ignore[arg-type]
     rows = []
-    async with ContextEngine(config) as engine:
+    embedding_started: list[float] = []
+
+    def on_progress(event: ProgressEvent) -> None:
+        # the run is admitted (owns the document) once it starts embedding
+        if (event.stage, event.state) == ("embed", "started") and event.name == "killed-ledger":
+            embedding_started.append(time.monotonic())
+
+    async with ContextEngine(config, hooks=Hooks(on_progress=on_progress)) as engine:
         await engine.revision()
         for round_no in range(rounds):
             source = base / f"ledger-{round_no}.md"
@@ -233,6 +241,7 @@ async def kills_phase(url: str, provider: str, slow_provider: str, rounds: int, 
                     break
                 await asyncio.sleep(0.05)
             recovered = time.monotonic() - killed_at
+            admitted = next((t - killed_at for t in embedding_started if t >= killed_at), float("nan"))
             first_answer = attempts
             done = await engine.get_document(doc_id, principals=TRUSTED, include_text=False)
             current = await scalar(
@@ -240,26 +249,20 @@ async def kills_phase(url: str, provider: str, slow_provider: str, rounds: int, 
                 "SELECT count(*) FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND valid_to IS NULL",
                 d=doc_id,
             )
+            recovered_by = "re-ingest" if round_no == rounds - 1 else "resume"
+            progress = done.meta.get("embedding_progress")
             rows.append(
-                (
-                    round_no,
-                    "re-ingest" if round_no == rounds - 1 else "resume",
-                    missing,
-                    first_answer,
-                    recovered,
-                    done.status,
-                    current,
-                    done.meta.get("embedding_progress"),
-                )
+                f"| {round_no} | {recovered_by} | {missing} | {first_answer} | {admitted:.2f} | {recovered:.2f} | "
+                f"{done.status} | {current} | {progress} |"
             )
     print("\n## kills: a host killed (SIGKILL) mid-embedding")
     print(
-        "| round | recovered by | vectors missing at the kill | calls until admitted | seconds kill -> complete | "
-        "status | current chunks | embedding_progress |"
+        "| round | recovered by | vectors missing at the kill | calls until admitted | seconds kill -> embedding "
+        "again | seconds kill -> complete | status | current chunks | embedding_progress |"
     )
-    print("|---:|---|---:|---:|---:|---|---:|---|")
-    for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.2f} | {r[5]} | {r[6]} | {r[7]} |")
+    print("|---:|---|---:|---:|---:|---:|---|---:|---|")
+    for row in rows:
+        print(row)
 
 
 # ---------------------------------------------------------------------- hostile file and a large document
