@@ -69,6 +69,7 @@ class SessionLocks:
         self._conn: AsyncConnection | None = None
         self._io = asyncio.Lock()  # one statement at a time on the dedicated connection
         self._queues: dict[str, _Queue] = {}
+        self._undoing: set[asyncio.Future[None]] = set()
         self.generation = 0
 
     # ------------------------------------------------------------------ acquire / release
@@ -81,7 +82,7 @@ class SessionLocks:
         try:
             pause = FIRST_PAUSE
             while True:
-                generation = await self._try_server_lock(key)
+                generation = await self._ask(key)
                 if generation is not None:
                     return Held(key, generation)
                 left = deadline - time.monotonic()
@@ -160,6 +161,27 @@ class SessionLocks:
             del self._queues[key]
 
     # ------------------------------------------------------------------ the dedicated connection
+    async def _ask(self, key: str) -> int | None:
+        """:meth:`_try_server_lock`, shielded: a caller cancelled while the server grants the lock
+        must not leave it held on the connection, so a grant that lands after it gave up is undone."""
+        asking = asyncio.ensure_future(self._try_server_lock(key))
+        try:
+            return await asyncio.shield(asking)
+        except asyncio.CancelledError:
+            asking.add_done_callback(lambda done: self._undo_late_grant(key, done))
+            raise
+
+    def _undo_late_grant(self, key: str, done: asyncio.Future[int | None]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        generation = done.result()
+        if generation is None:
+            return
+        # session locks count: undoing this grant leaves any later holder's own grant in place
+        undo = asyncio.ensure_future(self._unlock(Held(key, generation)))
+        self._undoing.add(undo)
+        undo.add_done_callback(self._undoing.discard)
+
     async def _try_server_lock(self, key: str) -> int | None:
         """The connection's generation when the server granted the lock, else ``None``. A broken
         connection is replaced once and the ask repeated."""
