@@ -217,6 +217,9 @@ class ContextEngine:
         mid-embedding leaves the document in status ``embedding``; see ``resume_embeddings``.
         ``idempotency_key`` (per source): the same key with the same request returns the first
         report without writing; with other content it raises ``IdempotencyKeyReused`` (409).
+        Ingests of one document take turns (each a complete version, in order); one whose turn does
+        not come within ``ingest.write_wait_seconds`` answers ``skipped`` / ``in_progress``, which is
+        retryable: nothing was written and its idempotency key was not spent.
         ``batch=True`` submits the stored chunk set through the provider's batch API: the document
         reports ``batch_pending`` until ``poll_batches`` completes it; a provider without a batch API
         raises ``BatchNotSupported`` (400) before anything is stored.
