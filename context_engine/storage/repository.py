@@ -513,9 +513,10 @@ async def close_versions(
             "ELSE left(t.txt, CAST(:cap AS integer)) END, meta = jsonb_set(CASE WHEN length(t.txt) > "
             "CAST(:cap AS integer) THEN d.meta || jsonb_build_object('text_truncated', true) ELSE d.meta END, "
             "'{embedding_progress}', "
-            "jsonb_build_object('done', 0, 'total', t.pending, 'tokens', 0)) FROM (SELECT c.document_id, "
-            "coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') AS txt, "
-            "count(*) FILTER (WHERE c.embedding IS NULL) AS pending FROM ce_chunks c "
+            # the document's own counts: chunks whose vector was copied from the last version are done
+            "jsonb_build_object('done', t.total - t.pending, 'total', t.total, 'tokens', 0)) FROM (SELECT "
+            "c.document_id, coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') AS txt, "
+            "count(*) AS total, count(*) FILTER (WHERE c.embedding IS NULL) AS pending FROM ce_chunks c "
             "JOIN unnest(CAST(:ids AS uuid[]), CAST(:vs AS integer[])) AS x(id, v) "
             "ON c.document_id = x.id AND c.version = x.v GROUP BY 1) t "
             "WHERE d.id = t.document_id RETURNING CAST(d.id AS text), t.pending"
