@@ -222,12 +222,13 @@ class SessionLocks:
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                await conn.invalidate()
-                await conn.close()
-            except Exception:  # already broken: nothing more to close
-                pass
+        if conn is None:
+            return
+        # each step on its own: a broken connection may refuse one and still need the other
+        with contextlib.suppress(Exception):
+            await conn.invalidate()
+        with contextlib.suppress(Exception):
+            await conn.close()
 
     async def aclose(self) -> None:
         """Close the dedicated connection (its locks end with it)."""
