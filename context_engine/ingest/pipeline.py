@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from context_engine.config import ContextEngineConfig
 from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, NameTaken, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
 from context_engine.ingest import batch_embedding, batching, fair_share
@@ -162,7 +163,7 @@ class WorkCaps:
     max_chars: int | None = None
 
     @classmethod
-    def of(cls, config: Any) -> WorkCaps:
+    def of(cls, config: ContextEngineConfig) -> WorkCaps:
         return cls(config.ingest.max_chunks, config.ingest.max_extracted_chars)
 
 
