@@ -47,6 +47,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="treat every caller as TRUSTED (skips ACLs; for local experiments only)",
     )
+    serve.add_argument(
+        "--shutdown-seconds",
+        type=float,
+        default=5.0,
+        help="on SIGTERM/Ctrl-C, how long requests still running may finish before they are cancelled "
+        "(an ingest cut short stays resumable; default 5)",
+    )
 
     mig = sub.add_parser("migrate", help="create or update the schema (idempotent, safe to re-run)")
     mig.add_argument("--database-url", help="PostgreSQL URL; omit for the embedded server")
@@ -291,7 +298,14 @@ def _serve(args: argparse.Namespace) -> int:
         # uvicorn shuts down gracefully on SIGTERM and SIGINT only; a closed terminal (SIGHUP) would
         # end the process on the spot, leaving the embedded server running, so it becomes a SIGTERM
         signal.signal(signal.SIGHUP, lambda signum, frame: signal.raise_signal(signal.SIGTERM))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=os.environ.get("CE_LOG_LEVEL", "info"))
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=os.environ.get("CE_LOG_LEVEL", "info"),
+        # a long ingest must not keep a stopping server up: past this it is cancelled (resumable)
+        timeout_graceful_shutdown=args.shutdown_seconds,
+    )
     return 0
 
 

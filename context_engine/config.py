@@ -72,6 +72,9 @@ class EmbeddingConfig(BaseModel):
     max_batch_tokens: int | None = Field(default=None, ge=1)
     max_input_tokens: int | None = Field(default=None, ge=1)
     max_concurrency: int = Field(default=4, ge=1, le=64)
+    #: embedding requests of all ingests in this process in flight at once, served in turns across
+    #: documents so a large one never starves a small one (the local model: always one at a time)
+    max_inflight: int = Field(default=8, ge=1, le=256)
     #: how tokens are counted for chunking and batch budgets: ``auto`` counts exactly when the tokenizer
     #: is already on disk (never downloads) and estimates otherwise; ``exact`` may fetch cl100k once
     #: (OpenAI family; ``local`` always has its own); ``estimate`` is UTF-8 bytes / ``token_bytes_ratio``
@@ -283,9 +286,22 @@ class IngestConfig(BaseModel):
     model_config = _STRICT
 
     max_file_bytes: int | None = Field(default=256 * 1024 * 1024, ge=1)
-    max_rows: int | None = Field(default=None, ge=1)
+    #: the most rows a spreadsheet (CSV, TSV, XLSX) may have; past it the document is refused (413
+    #: ``too_large``, nothing stored) as soon as the first pass reaches the row over it. ``None``: no cap
+    max_rows: int | None = Field(default=500_000, ge=1)
+    #: the most chunks one document may make (each costs an embedding input); past it, refused the same
+    #: way. ``None``: no cap
+    max_chunks: int | None = Field(default=100_000, ge=1)
+    #: the most characters of text one document may extract to (after redaction); past it, refused the
+    #: same way. ``None``: no cap
+    max_extracted_chars: int | None = Field(default=64_000_000, ge=1)
+    #: how long a writer waits for its turn on a document another run is writing or embedding; then it
+    #: answers ``skipped`` / ``in_progress`` (routes: 409 ``document_busy`` with ``Retry-After``)
+    write_wait_seconds: float = Field(default=30.0, ge=0, le=3600)
     #: target size of one chunk, in tokens of the embedder's tokenizer
     chunk_tokens: int = Field(default=256, ge=16, le=8192)
+    #: how long a poll of a batch job keeps its claim on the job row. Documents are not on a clock:
+    #: who writes or embeds one is a session lock that ends with its process
     resume_stale_seconds: int = Field(default=600, ge=0)
     #: the most chunks whose text one ingest holds in memory at once. A document with more is
     #: read twice (the first pass counts and hashes its chunks, the second writes them a slice at

@@ -236,6 +236,9 @@ class ContextEngine:
         mid-embedding leaves the document in status ``embedding``; see ``resume_embeddings``.
         ``idempotency_key`` (per source): the same key with the same request returns the first
         report without writing; with other content it raises ``IdempotencyKeyReused`` (409).
+        Ingests of one document take turns (each a complete version, in order); one whose turn does
+        not come within ``ingest.write_wait_seconds`` answers ``skipped`` / ``in_progress``, which is
+        retryable: nothing was written and its idempotency key was not spent.
         ``batch=True`` submits the stored chunk set through the provider's batch API: the document
         reports ``batch_pending`` until ``poll_batches`` completes it; a provider without a batch API
         raises ``BatchNotSupported`` (400) before anything is stored.
@@ -298,7 +301,8 @@ class ContextEngine:
                 mime=mime,
                 batch=batch,
             )
-            report = await _keyed_ingest(await self._ready(), source_id, key, digest, run)
+            wait = float(self.config.ingest.write_wait_seconds)
+            report = await _keyed_ingest(await self._ready(), source_id, key, digest, run, wait)
         stored = report.status in ("completed", "embedding", "batch_pending") and report.document_id is not None
         if self.config.ingest.extract_fields and stored:
             await self._extract_after_ingest(report.document_id)  # type: ignore[arg-type]
@@ -464,6 +468,7 @@ class ContextEngine:
             attributes=scrub.obj(dict(attributes or {})),
             mime=mime,
             single=key is not None,
+            keyed=key is not None,
         )
 
     # ------------------------------------------------------------------ search
@@ -1222,17 +1227,33 @@ class ContextEngine:
 
 
 # ---------------------------------------------------------------------- helpers
+class _NotAdmitted(Exception):
+    """The run could not take its turn on the document: nothing happened, so the key is not spent."""
+
+    def __init__(self, report: DocumentReport):
+        super().__init__("not admitted")
+        self.report = report
+
+
 async def _keyed_ingest(
-    db: AsyncEngine, source_id: str, key: str, digest: str, run: Callable[[], Any]
+    db: AsyncEngine, source_id: str, key: str, digest: str, run: Callable[[], Any], wait: float
 ) -> DocumentReport:
-    """``run()`` once per (source, key): a retry gets the first report back and writes nothing."""
+    """``run()`` once per (source, key): a retry gets the first report back and writes nothing. A
+    run that was not admitted (``skipped`` / ``in_progress``) records nothing: the key stays free."""
 
     async def work() -> idempotency.Outcome:
         report: DocumentReport = await run()
+        if report.status == "skipped" and report.skip_reason == "in_progress":
+            raise _NotAdmitted(report)
         result = report.model_dump(mode="json")
         return idempotency.Outcome(report.document_id, report.version, report.revision, result, replayed=False)
 
-    outcome = await idempotency.run_once(db, source_id=source_id, key=key, operation="ingest", digest=digest, work=work)
+    try:
+        outcome = await idempotency.run_once(
+            db, source_id=source_id, key=key, operation="ingest", digest=digest, work=work, wait_seconds=wait
+        )
+    except _NotAdmitted as exc:
+        return exc.report
     return DocumentReport(**outcome.result)
 
 

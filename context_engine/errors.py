@@ -15,6 +15,8 @@ class ContextEngineError(Exception):
 
     code: str = "internal_error"
     status: int = 500
+    #: seconds after which the same call may succeed: set on retryable errors (routes send ``Retry-After``)
+    retry_after: int | None = None
 
     def __init__(self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None):
         super().__init__(message)
@@ -101,6 +103,7 @@ class DimensionMismatch(ContextEngineError):
 class StorageUnavailable(ContextEngineError):
     code = "storage_unavailable"
     status = 503
+    retry_after = 1
 
 
 class MissingExtra(ContextEngineError, ImportError):
@@ -135,6 +138,19 @@ class StorageBusy(ContextEngineError):
 
     code = "storage_busy"
     status = 503
+    retry_after = 1
+
+
+class DocumentBusy(ContextEngineError):
+    """Another run kept the document (its identity) past ``ingest.write_wait_seconds``: nothing was
+    written and no idempotency key was spent, so the same call may simply be sent again."""
+
+    code = "document_busy"
+    status = 409
+    retry_after = 2
+
+    def __init__(self) -> None:
+        super().__init__("another ingest of this document is still running; send the same request again shortly")
 
 
 def known_failure(exc: BaseException) -> ContextEngineError | None:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from typing import Any, cast
 
+from context_engine.errors import DocumentBusy
 from context_engine.limits import LIST_LIMIT_DEFAULT
 from context_engine.models import FAILURE_MESSAGES, IngestReport
 from context_engine.tools.availability import stored_tools_off
@@ -121,13 +122,16 @@ def _list_totals(items: list[IngestListItem]) -> dict[str, int]:
 
 
 def _report(report: IngestReport, call: Call) -> CoreResponse:
-    """201 when a document was stored, 200 when all were unchanged, 422 when nothing was stored."""
+    """201 when a document was stored, 200 when all were unchanged, 422 when nothing was stored,
+    409 ``document_busy`` (with ``Retry-After``) when another run kept the document past the wait."""
     if not call.who.trusted:  # raw provider text is an operator's copy only
         for doc in report.documents:
             doc.error = None
     body = report.model_dump(mode="json")
     if any(d.status in ("completed", "embedding", "batch_pending") for d in report.documents):
         return CoreResponse(201, body)
+    if any(d.status == "skipped" and d.skip_reason == "in_progress" for d in report.documents):
+        raise DocumentBusy()
     failed = next((d for d in report.documents if d.status == "failed"), None)
     if failed is None:
         return CoreResponse(200, body)

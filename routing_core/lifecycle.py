@@ -269,14 +269,19 @@ def lifecycle(router: Router, adapter: SyncRequest | AsyncRequest) -> Steps:
     except HttpError as exc:
         return exc.response()
     except ContextEngineError as exc:
-        return error(exc.status, exc.code, exc.message)
+        return error(exc.status, exc.code, exc.message, _retry_after(exc))
     except Exception as exc:
         known = known_failure(exc)
         if known is not None:
             log.warning("%s %s: %s", adapter.method, route.path if route else adapter.path, known.code)
-            return error(known.status, known.code, known.message)
+            return error(known.status, known.code, known.message, _retry_after(known))
         log.exception("unhandled error in %s %s", adapter.method, route.path if route else adapter.path)
         return error(500, "internal_error", "the server failed to handle this request")
+
+
+def _retry_after(exc: ContextEngineError) -> dict[str, str] | None:
+    """``Retry-After`` for an error the same call may get past by waiting."""
+    return {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
 
 
 def _identify(router: Router, native: Any) -> Generator[Effect, Any, Caller]:

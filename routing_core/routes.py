@@ -142,7 +142,9 @@ _TABLE: tuple[Route, ...] = (
             (200, "Unchanged: the same content was already stored (every document skipped)", IngestReport),
             (422, "Nothing stored: the error of the first failed document, beside the report", IngestFailed),
             (409, "A document the caller may not replace already holds that name in the source (said alike "
-             "whether or not the caller may read it)", ErrorBody),
+             "whether or not the caller may read it); or, retryable with a `Retry-After` header, another "
+             "ingest of the document is still running (`document_busy`) or still holds the idempotency "
+             "key (`idempotency_in_progress`)", ErrorBody),
         ),
         list_item_model=IngestTextBody,
         list_responses=(

@@ -349,20 +349,50 @@ async def test_a_host_killed_mid_ingest_leaves_no_half_document_and_resume_compl
         hits = (await engine.search("crate 2499 bound for pier 7", principals=TRUSTED)).hits
         assert hits and hits[0].document_id == doc_id
 
-        # the dead run's lease still stands for a moment; once it runs out, resume takes over
-        early = (await engine.resume_embeddings(doc_id)).documents
-        assert [(d.status, d.skip_reason) for d in early] in ([("skipped", "in_progress")], [("completed", None)])
-        await asyncio.sleep(2.5)
-        if early[0].status == "skipped":
-            late = (await engine.resume_embeddings(doc_id)).documents
-            assert [d.status for d in late] == ["completed"]
+        # the dead run owned the document by a lock that died with its connection, not by a clock:
+        # resume takes it as soon as the server has noticed the closed socket (no lease to run out)
+        late = await _until_not_busy(lambda: engine.resume_embeddings(doc_id), 30)
+        assert [d.status for d in late.documents] == ["completed"]
         done = await engine.get_document(doc_id, principals=TRUSTED, include_text=False)
         assert done.status == "completed"
         assert await _scalar(engine, "SELECT count(*) FROM ce_chunks WHERE embedding IS NULL") == 0
+        # its progress is the document's own: every chunk, not only those this resume embedded
+        progress = done.meta["embedding_progress"]
+        assert (progress["done"], progress["total"]) == (BIG_SECTIONS, BIG_SECTIONS)
+
+        # killed while embedding a new version: the next ingest of the same file proceeds at once
+        changed = tmp_path / "ledger-2.md"
+        changed.write_text(_sections(7, BIG_SECTIONS) + "\n\n# Addendum\n\nOne more crate.", encoding="utf-8")
+        fake_http_server.clear()
+        delay["seconds"] = 0.05
+        host = _start_host(settings, changed)
+        await asyncio.to_thread(
+            _wait_for, lambda: len(fake_http_server.requests) >= 1, 90, "the host to embed the new version"
+        )
+        _kill(host)
+        delay["seconds"] = 0.0
+        again = await _until_not_busy(
+            lambda: engine.ingest(text=changed.read_text(encoding="utf-8"), name="cargo-ledger"), 30
+        )
+        # version 2 is the killed host's (admitted, in the history); this one is version 3
+        assert [(d.status, d.version) for d in again.documents] == [("completed", 3)]
+        assert await _scalar(engine, "SELECT count(*) FROM ce_documents WHERE lease_holder IS NOT NULL") == 0
 
 
-# ------------------------------------------------------------------------------ a stalled run
-async def test_a_run_whose_lease_ran_out_stops_and_the_resume_that_took_over_finishes(
+async def _until_not_busy(call: Any, seconds: float) -> Any:
+    """``call()`` again until it is not answered ``in_progress`` (the server is noticing a dead
+    client), within a generous deadline."""
+    deadline = time.monotonic() + seconds
+    while True:
+        report = await call()
+        busy = [d for d in report.documents if d.skip_reason == "in_progress"]
+        if not busy or time.monotonic() > deadline:
+            return report
+        await asyncio.sleep(0.1)
+
+
+# ------------------------------------------------------------------------------ a live run, a cancelled resume
+async def test_no_clock_takes_a_live_run_over_and_a_cancelled_resume_leaves_nothing_owned(
     database_url: str,
     fake_http_server: FakeHTTPServer,  # noqa: F811
 ) -> None:
@@ -376,23 +406,31 @@ async def test_a_run_whose_lease_ran_out_stops_and_the_resume_that_took_over_fin
     fake_http_server.route("POST", "/v1/embeddings", held)
     config = make_config(database_url, embedding=_embedding(fake_http_server, max_batch_items=2))
     async with ContextEngine(config) as engine:
-        stalled = asyncio.create_task(engine.ingest(text=_sections(3, 4), name="stalled"))
+        running = asyncio.create_task(engine.ingest(text=_sections(3, 4), name="moving"))
         await asyncio.to_thread(_wait_for, lambda: bool(fake_http_server.requests), 30, "the run to call the model")
-        holder = await _scalar(engine, "SELECT lease_holder FROM ce_documents WHERE name = 'stalled'")
-        # the run looks dead to everyone else: its lease has run out (as if it had stalled past it)
+        # the row's lease time runs out: a live run is still its owner, so a resume leaves it alone
         db = await engine._ready()
         async with db.begin() as conn:
-            await conn.execute(text("UPDATE ce_documents SET lease_until = clock_timestamp() - interval '1 second'"))
+            await conn.execute(text("UPDATE ce_documents SET lease_until = clock_timestamp() - interval '1 hour'"))
+        swept = await engine.resume_embeddings()
+        assert [(d.status, d.skip_reason) for d in swept.documents] == [("skipped", "in_progress")]
+        # the run is cancelled mid-embedding (its caller went away): the document stays resumable
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert await _scalar(engine, "SELECT count(*) FROM ce_documents WHERE lease_holder IS NOT NULL") == 0
+        # a resume that is itself cancelled leaves nothing owned behind: the next one proceeds at once
+        fake_http_server.clear()
         resuming = asyncio.create_task(engine.resume_embeddings())
-        async def taken_over() -> bool:
-            return await _scalar(engine, "SELECT lease_holder FROM ce_documents WHERE name = 'stalled'") != holder
-
-        await until_async(taken_over, "the resume taking the lease over")
+        await asyncio.to_thread(_wait_for, lambda: bool(fake_http_server.requests), 30, "the resume to call the model")
+        resuming.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await resuming
+        assert await _scalar(engine, "SELECT count(*) FROM ce_documents WHERE lease_holder IS NOT NULL") == 0
         release.set()
-        first, resumed = await finishes(asyncio.gather(stalled, resuming), "the stalled run and its resume")
-        assert (first.documents[0].status, first.documents[0].skip_reason) == ("skipped", "in_progress")
+        resumed = await asyncio.wait_for(engine.resume_embeddings(), timeout=60)
         assert [d.status for d in resumed.documents] == ["completed"]
         doc = await engine.get_document(resumed.documents[0].document_id, principals=TRUSTED, include_text=False)
         assert doc.status == "completed" and doc.chunk_count == 4
+        assert (doc.meta["embedding_progress"]["done"], doc.meta["embedding_progress"]["total"]) == (4, 4)
         assert await _scalar(engine, "SELECT count(*) FROM ce_chunks WHERE embedding IS NULL") == 0
-        assert await _scalar(engine, "SELECT count(*) FROM ce_documents WHERE lease_holder IS NOT NULL") == 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder
 from context_engine.errors import ProviderError
+from context_engine.ingest.fair_share import FairGate
 
 #: provider -> (items per request, tokens per request or None)
 PROVIDER_BATCH_LIMITS: dict[str, tuple[int, int | None]] = {
@@ -89,10 +90,13 @@ async def run(
     concurrency: int,
     on_batch: Callable[[list[Item], list[list[float]]], Awaitable[None]],
     stats: RunStats | None = None,
+    gate: FairGate | None = None,
+    owner: str = "",
 ) -> RunStats:
     """Embed ``items``; ``on_batch`` stores each finished batch before the next result is awaited.
 
-    ``stats`` accumulates across calls when given (a document embedded a page at a time).
+    ``stats`` accumulates across calls when given (a document embedded a page at a time). With
+    ``gate``, each request first waits for ``owner``'s turn (shared fairly with other runs).
     """
     stats = stats if stats is not None else RunStats()
     queue: asyncio.Queue[list[Item]] = asyncio.Queue()
@@ -114,7 +118,11 @@ async def run(
                 continue
             try:
                 stats.requests += 1
-                vectors = await embedder.embed([i.text for i in batch], kind="document")
+                if gate is None:
+                    vectors = await embedder.embed([i.text for i in batch], kind="document")
+                else:
+                    async with gate.turn(owner):
+                        vectors = await embedder.embed([i.text for i in batch], kind="document")
             except ProviderError as exc:
                 if _is_batch_too_large(exc):
                     if len(batch) == 1:

@@ -13,12 +13,20 @@ input cap, unreadable, or carrying an idempotency key) takes the single-document
 wave, so every rule of that path holds for it unchanged. If the wave's transaction fails, nothing of
 it was written, and each of its documents is ingested on the single path instead, so one bad
 document fails alone.
+
+A batch costs what its distinct content costs: entries identical in every field are done once, the
+repeats answered as a second identical call would be (``skipped`` / ``unchanged``, or the same
+failure), and the chunks and characters of the whole batch are bounded by the caps of one document
+(``ingest.max_chunks``, ``ingest.max_extracted_chars``): entries past them are refused ``too_large``.
+A wave owns its documents as a single run does (session locks, taken in key order so that two
+batches never wait on each other in a circle).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import hashlib
+import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -27,13 +35,14 @@ from typing import Any
 
 from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent
-from context_engine.ingest import batching, holders
+from context_engine.ingest import batching, fair_share, holders
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pipeline import (
     UNNAMED,
     Ingestor,
     Prepared,
     Source,
+    WorkCaps,
     chunk_row,
     chunk_stream,
     ingest_usage,
@@ -48,6 +57,7 @@ from context_engine.ingest.pipeline import (
 from context_engine.ingest.pool_share import IngestShare, share_for
 from context_engine.models import FAILURE_MESSAGES, DocumentReport
 from context_engine.storage import repository as repo
+from context_engine.storage import session_locks
 
 log = logging.getLogger("context_engine.ingest")
 
@@ -65,6 +75,8 @@ class Entry:
     mime: str | None
     #: ``True`` when it must take the single-document path (it carries an idempotency key)
     single: bool = False
+    #: it carries an idempotency key: a request of its own, never merged with an identical entry
+    keyed: bool = False
     prepared: Prepared | None = None
     start: int = 0
 
@@ -108,7 +120,9 @@ class BatchIngestor:
         """Every entry's report (or the error that refused it), by its index."""
         await asyncio.to_thread(self._prepare_all, entries)
         results: dict[int, DocumentReport | ContextEngineError] = {}
-        for wave in _waves(entries):
+        distinct, repeats = _distinct(entries)
+        distinct = self._within_caps(distinct, results)
+        for wave in _waves(distinct):
             batch = [e for e in wave if not e.single]
             alone = [e for e in wave if e.single]
             written = asyncio.ensure_future(self._write_wave(batch, caller, single))
@@ -117,7 +131,28 @@ class BatchIngestor:
             results.update(written.result())
             for entry, run in zip(alone, runs, strict=True):
                 results[entry.index] = run.result()
+        for index, first in repeats.items():
+            results[index] = _repeat_of(results[first])
         return results
+
+    def _within_caps(
+        self, entries: list[Entry], results: dict[int, DocumentReport | ContextEngineError]
+    ) -> list[Entry]:
+        """The entries the batch's work caps admit, in input order; the rest are refused ``too_large``."""
+        caps = WorkCaps.of(self.services.config)
+        chunks = chars = 0
+        admitted = []
+        for entry in entries:
+            if entry.prepared is not None and entry.prepared.chunks is not None:
+                chunks += entry.prepared.chunk_count
+                chars += sum(len(c.text) for c in entry.prepared.chunks)
+            if caps.max_chunks is not None and chunks > caps.max_chunks:
+                results[entry.index] = IngestTooLarge("ingest.max_chunks", caps.max_chunks, chunks, "chunks")
+            elif caps.max_chars is not None and chars > caps.max_chars:
+                results[entry.index] = IngestTooLarge("ingest.max_extracted_chars", caps.max_chars, chars, "characters")
+            else:
+                admitted.append(entry)
+        return admitted
 
     def _prepare_all(self, entries: list[Entry]) -> None:
         """Extract and chunk every entry (in a worker thread); anything but a small readable document
@@ -147,6 +182,7 @@ class BatchIngestor:
                     embedder.count_tokens,
                     input_cap=embedder.max_input_tokens,
                     hold=services.config.ingest.hold_chunks,
+                    caps=WorkCaps.of(services.config),
                 )
             except (ExtractionFailed, IngestTooLarge, ImportError):
                 prepared = None
@@ -175,20 +211,62 @@ class BatchIngestor:
         share = share_for(await self.services.db(), self.services.config.storage)
         holder = str(uuid.uuid4())
         failed = False
-        async with share.run():
-            try:
-                results, written = await self._write(share, entries, caller, holder)
-            except _WaveFailed:
-                failed = True
-            else:
-                if written:
-                    for w in await self._embed(share, written, holder):
-                        results[w.entry.index] = w.report
+        locks = session_locks.locks_for(share.pool)
+        refused = await self._refused(share, entries, caller)
+        held = await self._own_all(locks, [e for e in entries if e.index not in refused])
+        try:
+            async with share.run():
+                owned = [e for e in entries if e.index in held]
+                try:
+                    results, written = await self._write(share, owned, caller, holder)
+                except _WaveFailed:
+                    failed = True
+                else:
+                    for entry in entries:
+                        if entry.index in refused:
+                            results[entry.index] = refused[entry.index]  # before waiting its turn
+                        elif entry.index not in held:
+                            results[entry.index] = _busy(self._base_report(entry))
+                    if written:
+                        for w in await self._embed(share, written, holder):
+                            results[w.entry.index] = w.report
+        finally:
+            for lock in held.values():
+                await locks.release(lock)
         if failed:  # outside the run slot: each single ingest takes its own
             log.warning("a batch write failed; its %d documents are ingested one at a time", len(entries))
             fallback = await asyncio.gather(*(self._guarded(e, single) for e in entries))
             return {e.index: r for e, r in zip(entries, fallback, strict=True)}
         return results
+
+    async def _refused(
+        self, share: IngestShare, entries: list[Entry], caller: tuple[str, ...] | None
+    ) -> dict[int, ContextEngineError]:
+        """Entries refused before they wait their turn (not the caller's to change, or ambiguous):
+        a refused write never waits on another run, so its wait cannot tell anything."""
+        async with share.connect() as conn:
+            found = await holders.holders(conn, [e.filing for e in entries], caller, self.services.write_access)
+        return {e.index: f for e, f in zip(entries, found, strict=True) if isinstance(f, ContextEngineError)}
+
+    async def _own_all(self, locks: session_locks.SessionLocks, entries: list[Entry]) -> dict[int, session_locks.Held]:
+        """The session locks of the wave's identities (by entry index), taken in key order within
+        one ``ingest.write_wait_seconds``; an identity not owned by then is answered busy."""
+        deadline = asyncio.get_running_loop().time() + float(self.services.config.ingest.write_wait_seconds)
+        keyed = sorted(
+            ((session_locks.document_key(repo.identity_key(*e.identity)), e.index) for e in entries),
+        )
+        held: dict[int, session_locks.Held] = {}
+        try:
+            for key, index in keyed:
+                wait = max(0.0, deadline - asyncio.get_running_loop().time())
+                got = await locks.acquire(key, wait)
+                if got is not None:
+                    held[index] = got
+        except BaseException:
+            for lock in held.values():
+                await locks.release(lock)
+            raise
+        return held
 
     async def _write(
         self, share: IngestShare, entries: list[Entry], caller: tuple[str, ...] | None, holder: str
@@ -199,37 +277,24 @@ class BatchIngestor:
         reports = {e.index: self._base_report(e) for e in entries}
 
         def settle(entry: Entry, existing: dict[str, Any] | None) -> bool:
-            """False when the entry is answered without a write (unchanged, or another run has it)."""
+            """False when the entry is answered without a write (unchanged)."""
             assert entry.prepared is not None
             if existing is not None and is_unchanged(existing, entry.prepared.content_hash):
                 results[entry.index] = skipped_unchanged(reports[entry.index], existing)
                 return False
-            if existing is not None and existing["leased"]:
-                results[entry.index] = _busy(reports[entry.index])
-                return False
             return True
 
+        if not entries:
+            return results, []
         try:
             async with share.begin() as conn:
+                # read with the identities owned: what the runs before this one wrote is settled
                 access = services.write_access
-                found = await holders.holders(conn, [e.filing for e in entries], caller, access)
-                candidates = []
+                found = await holders.holders(conn, [e.filing for e in entries], caller, access, for_update=True)
+                to_write, heads = [], []
                 for entry, existing in zip(entries, found, strict=True):
                     if isinstance(existing, ContextEngineError):
                         results[entry.index] = existing  # ambiguous, or not the caller's to change
-                    elif settle(entry, existing):
-                        candidates.append(entry)
-                locked = await repo.try_identity_locks(conn, [e.identity for e in candidates])
-                for entry, got in zip(candidates, locked, strict=True):
-                    if not got:
-                        results[entry.index] = _busy(reports[entry.index])
-                candidates = [e for e, got in zip(candidates, locked, strict=True) if got]
-                # re-read under the locks: another run may have finished since the first read
-                again = await holders.holders(conn, [e.filing for e in candidates], caller, access, for_update=True)
-                to_write, heads = [], []
-                for entry, existing in zip(candidates, again, strict=True):
-                    if isinstance(existing, ContextEngineError):
-                        results[entry.index] = existing
                     elif settle(entry, existing):
                         to_write.append(entry)
                         heads.append(_head(entry, existing))
@@ -274,7 +339,9 @@ class BatchIngestor:
                 }
             )
             mine = sorted(pending.get(version.document_id, []))
-            written.append(_Written(entry, report, mine, {"done": 0, "total": len(mine), "tokens": 0}))
+            # the document's own counts: reused chunks are done already
+            count = entry.prepared.chunk_count
+            written.append(_Written(entry, report, mine, {"done": count - len(mine), "total": count, "tokens": 0}))
         return results, written
 
     def _base_report(self, entry: Entry) -> DocumentReport:
@@ -334,7 +401,6 @@ class BatchIngestor:
 
         max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
         stats = batching.RunStats(item_cap=max_items)
-        keeper = asyncio.create_task(self._keep_leases(share, open_ids, holder, seconds))
         failure: tuple[str, str] | None = None
         lost: set[str] = set()
         try:
@@ -346,8 +412,10 @@ class BatchIngestor:
                 concurrency=services.config.embedding.max_concurrency,
                 on_batch=store,
                 stats=stats,
+                gate=fair_share.gate_for(embedder, services.config.embedding.max_inflight),
+                owner=holder,
             )
-            nothing_pending = {d: by_id[d].progress for d in open_ids if by_id[d].progress["total"] == 0}
+            nothing_pending = {d: by_id[d].progress for d in open_ids if not by_id[d].pending}
             if nothing_pending:
                 async with share.begin() as conn:
                     finished = await repo.finish_many(conn, nothing_pending, holder)
@@ -360,10 +428,9 @@ class BatchIngestor:
         except Exception as exc:
             log.exception("embedding failed for a batch of %d documents", len(written))
             failure = ("unknown", str(exc))
-        finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+        except BaseException:  # cancelled: the documents stay resumable, no run is left on their rows
+            await asyncio.shield(self._let_go(share, open_ids, holder))
+            raise
         unfinished = {d for d in open_ids if d not in lost}
         if failure is not None and unfinished:
             reason, error = failure[0], self.ingestor.scrubber.text(failure[1])
@@ -409,17 +476,13 @@ class BatchIngestor:
             ),
         )
 
-    async def _keep_leases(self, share: IngestShare, open_ids: set[str], holder: str, seconds: float) -> None:
-        """Renew the wave's leases while the model works, as a single run renews its one."""
-        if seconds <= 0:
-            return
-        while open_ids:
-            await asyncio.sleep(seconds / 3)
-            try:
-                async with share.begin() as conn:
-                    await repo.renew_leases(conn, list(open_ids), holder, seconds)
-            except Exception as exc:  # the database is briefly out of reach: the next round tries again
-                log.warning("could not renew the leases of a batch: %s", type(exc).__name__)
+    async def _let_go(self, share: IngestShare, document_ids: set[str], holder: str) -> None:
+        try:
+            async with share.begin() as conn:
+                for doc_id in document_ids:
+                    await repo.let_go(conn, doc_id, holder)
+        except Exception as exc:
+            log.warning("could not clear the run of a batch: %s", type(exc).__name__)
 
 
 class _LeaseLostMany(Exception):
@@ -443,6 +506,44 @@ def _waves(entries: list[Entry]) -> list[list[Entry]]:
             waves.append([])
         waves[n].append(entry)
     return waves
+
+
+def _fingerprint(entry: Entry) -> str | None:
+    """What makes two entries the same call (``None``: this one is never merged with another)."""
+    if entry.keyed or not isinstance(entry.source, bytes):
+        return None
+    fields = [entry.source_id, entry.name, entry.acl, entry.attributes, entry.mime]
+    digest = hashlib.sha256(entry.source)
+    digest.update(json.dumps(fields, sort_keys=True, default=str).encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _distinct(entries: list[Entry]) -> tuple[list[Entry], dict[int, int]]:
+    """The first of each group of identical entries, and each repeat's index -> its first's index."""
+    first: dict[str, int] = {}
+    distinct: list[Entry] = []
+    repeats: dict[int, int] = {}
+    for entry in entries:
+        key = _fingerprint(entry)
+        if key is not None and key in first:
+            repeats[entry.index] = first[key]
+            continue
+        if key is not None:
+            first[key] = entry.index
+        distinct.append(entry)
+    return distinct, repeats
+
+
+def _repeat_of(outcome: DocumentReport | ContextEngineError) -> DocumentReport | ContextEngineError:
+    """What a second identical call answers after ``outcome``: the stored document unchanged, or the
+    same refusal or failure."""
+    if isinstance(outcome, DocumentReport) and outcome.status in ("completed", "embedding", "batch_pending"):
+        return outcome.model_copy(
+            update={"status": "skipped", "skip_reason": "unchanged", "revision": None, "chunks": 0}
+        )
+    if isinstance(outcome, DocumentReport):
+        return outcome.model_copy()
+    return outcome
 
 
 def _busy(report: DocumentReport) -> DocumentReport:

@@ -5,38 +5,41 @@ text legs) first, then the missing vectors are filled batch by batch, each batch
 lands. A provider failure leaves the document in status ``embedding`` with its progress, and
 ``resume`` embeds only the rows still missing a vector.
 
-Two callers racing one document identity are settled without holding a connection for it: the
-writer takes a lock on the identity inside the transaction that writes the version (the loser
-writes nothing), and that transaction leaves the document leased to the run that embeds it. The
-run renews its lease while it works; a run that dies lets go when the lease runs out
-(``ingest.resume_stale_seconds``), and a half-written version is never visible, since it is
-written in one transaction.
+Writers of one document identity take turns: a run owns the identity by a session advisory lock
+(:mod:`context_engine.storage.session_locks`) from before it writes the version until its last
+vector is stored, so versions are admitted one at a time, each a complete version in the history.
+A writer that finds the identity owned waits its turn up to ``ingest.write_wait_seconds`` and then
+answers ``skipped`` / ``in_progress``, which is retryable (routes: 409 with ``Retry-After``). The
+lock dies with the process or its connection, so a killed run lets go at once; ``lease_holder`` on
+the row is the run's fencing token, which every store checks, so a run that lost its lock while
+the database restarted can never write over the run that took over.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
+from context_engine.config import ContextEngineConfig
 from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, ProviderError
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
-from context_engine.ingest import batch_embedding, batching, holders
+from context_engine.ingest import batch_embedding, batching, fair_share, holders
 from context_engine.ingest.chunker import Chunk, chunk_units, normalise
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pool_share import IngestShare, share_for
 from context_engine.models import FAILURE_MESSAGES, DocumentReport
 from context_engine.redaction.apply import IngestScrubber
 from context_engine.storage import repository as repo
-from context_engine.storage import stored_text
+from context_engine.storage import session_locks, stored_text
 
 if TYPE_CHECKING:
     from context_engine.ingest.extractors.vision import PageTranscriber
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("context_engine.ingest")
 
 Source = bytes | Path | IO[bytes]
+T = TypeVar("T")
 
 
 #: the default of ``ingest.hold_chunks``: a document of more chunks is not held in memory between
@@ -148,25 +152,53 @@ def chunk_stream(
     return extracted.mime, extracted.meta, chunk_units(units, budget=budget, count_tokens=count_tokens)
 
 
+@dataclass(frozen=True)
+class WorkCaps:
+    """The bounds on one document's work (``ingest.max_chunks``, ``ingest.max_extracted_chars``)."""
+
+    max_chunks: int | None = None
+    max_chars: int | None = None
+
+    @classmethod
+    def of(cls, config: ContextEngineConfig) -> WorkCaps:
+        return cls(config.ingest.max_chunks, config.ingest.max_extracted_chars)
+
+
+class Stopped(Exception):
+    """The caller gave up on the first pass (its task was cancelled): the thread ends early."""
+
+
 def prepare(
     streamed: tuple[str, dict[str, Any], Iterator[Chunk]],
     count_tokens: Callable[[str], int],
     *,
     input_cap: int | None = None,
     hold: int = HOLD_CHUNKS,
+    caps: WorkCaps = WorkCaps(),
+    stop: threading.Event | None = None,
 ) -> Prepared:
     """The first pass over :func:`chunk_stream`'s output (CPU work, run in a thread): chunk count,
     content hash, the first chunk over ``input_cap`` tokens, and the chunks themselves when there
-    are at most ``hold`` of them. Raises ExtractionFailed / IngestTooLarge.
+    are at most ``hold`` of them. Raises ExtractionFailed / IngestTooLarge (a cap of ``caps``, at the
+    chunk that passes it, so the work is bounded however large the file), or ``Stopped`` once
+    ``stop`` is set (checked at every chunk).
     """
     found_mime, meta, chunks = streamed
     held: list[Chunk] | None = []
     # the SHA-256 of the chunks joined by blank lines (the stored text), fed piece by piece
     digest = hashlib.sha256()
     count = 0
+    chars = 0
     has_text = False
     too_large: tuple[int, int] | None = None
     for chunk in chunks:
+        if stop is not None and stop.is_set():
+            raise Stopped()
+        if caps.max_chunks is not None and count >= caps.max_chunks:
+            raise IngestTooLarge("ingest.max_chunks", caps.max_chunks, count + 1, "chunks")
+        chars += len(chunk.text)
+        if caps.max_chars is not None and chars > caps.max_chars:
+            raise IngestTooLarge("ingest.max_extracted_chars", caps.max_chars, chars, "characters")
         if count:
             digest.update(b"\n\n")
         digest.update(chunk.text.encode("utf-8"))
@@ -183,6 +215,20 @@ def prepare(
     if not has_text:
         raise ExtractionFailed("the document contains no text")
     return Prepared(found_mime, held, dict(meta), digest.hexdigest(), count, too_large)
+
+
+async def stoppable(work: Callable[[threading.Event], T]) -> T:
+    """``work(stop)`` in a worker thread; if the awaiting task is cancelled, ``stop`` is set, so the
+    thread ends at its next check instead of running on (a process stopping waits for its threads)."""
+    stop = threading.Event()
+    running: asyncio.Future[T] = asyncio.ensure_future(asyncio.to_thread(work, stop))
+    # once given up on, its outcome (``Stopped`` most likely) is nobody's: read it so none is reported
+    running.add_done_callback(lambda done: done.cancelled() or done.exception())
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        stop.set()
+        raise
 
 
 def start_of(source: Source) -> int:
@@ -246,7 +292,7 @@ async def _row_slices(
 
 
 class _LeaseLost(Exception):
-    """Another run took the document over (this one stalled past its lease): it stops storing."""
+    """Another run took the document over (this one lost its lock): it stops storing."""
 
 
 #: the name events and extraction see for a document ingested without one, until its content is known
@@ -267,9 +313,9 @@ class Ingestor:
     """Ingest and resume for one engine (shares its pool, embedder, config and hooks).
 
     Every database call goes through the pool's :class:`IngestShare`: a short transaction at a time,
-    none held while another is opened or while the embedding model works. Who may write a document
-    is settled by an identity lock held only inside the transaction that writes it, and who embeds
-    it by a lease on its row that the run renews (``ingest.resume_stale_seconds`` long).
+    none held while another is opened or while the embedding model works. Who writes and embeds a
+    document is settled by a session lock on its identity (see the module docstring), held on the
+    pool's one dedicated lock connection, not on a pooled one.
     """
 
     def __init__(self, services: Services, scrubber: IngestScrubber):
@@ -329,12 +375,14 @@ class Ingestor:
             )
 
         try:
-            prepared = await asyncio.to_thread(
-                lambda: prepare(
+            prepared = await stoppable(
+                lambda stop: prepare(
                     stream(),
                     embedder.count_tokens,
                     input_cap=embedder.max_input_tokens,
                     hold=services.config.ingest.hold_chunks,
+                    caps=WorkCaps.of(services.config),
+                    stop=stop,
                 )
             )
         except (IngestTooLarge, ImportError):
@@ -384,28 +432,53 @@ class Ingestor:
         caller: tuple[str, ...] | None,
         batch: bool = False,
     ) -> DocumentReport:
-        """Settle the identity and write the new version in one transaction, then embed what is pending."""
-        services = self.services
+        """Own the identity (waiting its turn), write the new version in one transaction, then embed
+        what is pending while still owning it; the identity is let go when the run ends."""
         holder = str(uuid.uuid4())
         busy = report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
+        filing = (source_id, name, acl, prepared.content_hash)
+        async with share.connect() as conn:
+            # refused before waiting its turn (write permission), so a hidden holder's turn is never probed
+            await holders.holder(conn, filing, caller, self.services.write_access)
+        held = await self._own(share, source_id, name)
+        if held is None:
+            return busy
+        try:
+            return await self._write_owned(
+                share, report, prepared, stream, source_id, name, acl, attributes, caller, batch, holder
+            )
+        finally:
+            await session_locks.locks_for(share.pool).release(held)
+
+    async def _own(self, share: IngestShare, source_id: str, name: str) -> session_locks.Held | None:
+        """The identity's session lock, waited for up to ``ingest.write_wait_seconds``."""
+        locks = session_locks.locks_for(share.pool)
+        key = session_locks.document_key(repo.identity_key(source_id, name))
+        return await locks.acquire(key, float(self.services.config.ingest.write_wait_seconds))
+
+    async def _write_owned(
+        self,
+        share: IngestShare,
+        report: DocumentReport,
+        prepared: Prepared,
+        stream: Callable[[], tuple[str, dict[str, Any], Iterator[Chunk]]],
+        source_id: str,
+        name: str,
+        acl: list[str],
+        attributes: dict[str, Any],
+        caller: tuple[str, ...] | None,
+        batch: bool,
+        holder: str,
+    ) -> DocumentReport:
+        """The write and the embedding of a run that owns the identity."""
+        services = self.services
         try:
             async with share.begin() as conn:
-                access = services.write_access
+                # read under the lock: the run before this one may have written a version meanwhile
                 filing = (source_id, name, acl, prepared.content_hash)
-                existing = await holders.holder(conn, filing, caller, access)
+                existing = await holders.holder(conn, filing, caller, services.write_access, for_update=True)
                 if existing is not None and is_unchanged(existing, prepared.content_hash):
                     return skipped_unchanged(report, existing)
-                if existing is not None and existing["leased"]:
-                    return busy
-                # one writer per identity; the lock ends with this transaction
-                if not await repo.try_identity_lock(conn, source_id, name):
-                    return busy
-                # re-read under the lock: another run may have finished since the first read
-                existing = await holders.holder(conn, filing, caller, access, for_update=True)
-                if existing is not None and is_unchanged(existing, prepared.content_hash):
-                    return skipped_unchanged(report, existing)
-                if existing is not None and existing["leased"]:
-                    return busy
                 meta = dict(prepared.meta)
                 meta["embedding_progress"] = {"done": 0, "total": prepared.chunk_count, "tokens": 0}
                 head = repo.VersionHead(
@@ -441,8 +514,8 @@ class Ingestor:
                     reused = prepared.chunk_count - missing
                 truncated = await stored_text.was_truncated(conn, opened.document_id)
         except _SourceChanged as exc:
-            return await self._fail_new(
-                share, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), None
+            return await self._fail_owned(
+                share, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), caller
             )
         report = report.model_copy(
             update={
@@ -469,11 +542,10 @@ class Ingestor:
         )
 
     async def _submit_batch(self, share: IngestShare, report: DocumentReport, holder: str) -> DocumentReport:
-        """``batch=True``: the stored chunk set goes to the provider as one job (the lease is kept
-        while it uploads); a submission that fails leaves the document resumable in ``embedding``."""
+        """``batch=True``: the stored chunk set goes to the provider as one job (the identity stays
+        owned while it uploads); a submission that fails leaves the document resumable in ``embedding``."""
         doc_id = report.document_id
         assert doc_id is not None
-        keeper = asyncio.create_task(self._keep_lease(share, doc_id, holder))
         progress = {"done": 0, "total": report.chunks, "tokens": 0}
         try:
             return await batch_embedding.submit(self.services, share, report, holder)
@@ -483,28 +555,22 @@ class Ingestor:
         except Exception as exc:
             log.exception("batch submission failed for document %s", doc_id)
             return await self._fail_embedding(share, report, holder, "unknown", str(exc), progress)
-        finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+        except BaseException:
+            await asyncio.shield(self._let_go(share, doc_id, holder))
+            raise
 
     def _lease_seconds(self) -> float:
+        """What ``lease_until`` on the row says (for operators; ownership is the session lock)."""
         return float(self.services.config.ingest.resume_stale_seconds)
 
-    async def _keep_lease(self, share: IngestShare, document_id: str, holder: str) -> None:
-        """Renew the lease while the run waits for the model, so a slow provider is not taken for a
-        dead run; stops when the lease is lost (the next store notices and ends the run)."""
-        seconds = self._lease_seconds()
-        if seconds <= 0:
-            return
-        while True:
-            await asyncio.sleep(seconds / 3)
-            try:
-                async with share.begin() as conn:
-                    if not await repo.renew_lease(conn, document_id, holder, seconds):
-                        return
-            except Exception as exc:  # the database is briefly out of reach: the next round tries again
-                log.warning("could not renew the lease on document %s: %s", document_id, type(exc).__name__)
+    async def _let_go(self, share: IngestShare, document_id: str, holder: str) -> None:
+        """A cancelled run (a stopped process, a cancelled resume) clears its fencing token, so the
+        row says no run has it; the document stays resumable. Best effort: the lock is what counts."""
+        try:
+            async with share.begin() as conn:
+                await repo.let_go(conn, document_id, holder)
+        except Exception as exc:
+            log.warning("could not clear the run of document %s: %s", document_id, type(exc).__name__)
 
     async def _embed_pending(
         self,
@@ -531,12 +597,17 @@ class Ingestor:
         doc_id = report.document_id
         assert doc_id is not None
         seconds = self._lease_seconds()
+        # the document's own counts: every current chunk, those already embedded (reused, or stored by
+        # an earlier run that stopped) counted done, and the tokens earlier runs spent
         if pending is None:
             async with share.connect() as conn:
-                total = await repo.count_pending(conn, doc_id)
+                missing = await repo.count_pending(conn, doc_id)
+                earlier = await repo.embedding_progress(conn, doc_id)
+            total = max(report.chunks, missing)
+            progress = {"done": total - missing, "total": total, "tokens": int(earlier.get("tokens") or 0)}
         else:
-            total = len(pending)
-        progress = {"done": 0, "total": total, "tokens": 0}
+            total = max(report.chunks, len(pending))
+            progress = {"done": total - len(pending), "total": total, "tokens": 0}
         finished = False
         await hooks.emit("on_progress", ProgressEvent("embed", "started", report.name, doc_id, dict(progress)))
 
@@ -562,8 +633,8 @@ class Ingestor:
 
         max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
         stats = batching.RunStats(item_cap=max_items)
+        gate = fair_share.gate_for(embedder, services.config.embedding.max_inflight)
         after = -1
-        keeper = asyncio.create_task(self._keep_lease(share, doc_id, holder))
         try:
             if pending is not None:  # the rows just written: their ids and texts are at hand
                 page_rows: list[tuple[int, int, str | None]] = [(cid, position, None) for cid, position in pending]
@@ -576,6 +647,8 @@ class Ingestor:
                     concurrency=services.config.embedding.max_concurrency,
                     on_batch=store,
                     stats=stats,
+                    gate=gate,
+                    owner=doc_id,
                 )
             while pending is None:  # a page of pending rows at a time, so a large document's texts are never all held
                 async with share.connect() as conn:
@@ -597,6 +670,8 @@ class Ingestor:
                     concurrency=services.config.embedding.max_concurrency,
                     on_batch=store,
                     stats=stats,
+                    gate=gate,
+                    owner=doc_id,
                 )
             if not finished:  # nothing was pending, or a resume that found no rows left
                 async with share.begin() as conn:
@@ -611,10 +686,9 @@ class Ingestor:
         except Exception as exc:
             log.exception("embedding failed for document %s", doc_id)
             return await self._fail_embedding(share, report, holder, "unknown", str(exc), progress)
-        finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+        except BaseException:  # cancelled (a stopped process, a cancelled resume): nothing is left owned
+            await asyncio.shield(self._let_go(share, doc_id, holder))
+            raise
         await hooks.emit("on_progress", ProgressEvent("embed", "done", report.name, doc_id, dict(progress)))
         await hooks.emit(
             "on_usage",
@@ -669,43 +743,54 @@ class Ingestor:
         )
 
     async def resume(self, document_id: str | None) -> list[DocumentReport]:
-        """Finish documents left in ``embedding``; one whose run still holds its lease is left alone."""
+        """Finish documents left in ``embedding``; one whose run is alive (its identity is owned) is
+        left alone. A run that died owns nothing: its document is taken at once."""
         services = self.services
         share = share_for(await services.db(), services.config.storage)
+        locks = session_locks.locks_for(share.pool)
         async with share.connect() as conn:
             docs = await repo.resumable_documents(conn, document_id)
         reports: list[DocumentReport] = []
         for doc in docs:
             doc_id = str(doc["id"])
-            holder = str(uuid.uuid4())
-            async with share.run():
-                async with share.begin() as conn:
-                    version = await repo.claim_lease(conn, doc_id, holder, self._lease_seconds())
-                if version is None:
-                    async with share.connect() as conn:
-                        still = await repo.resumable_documents(conn, doc_id)
-                    if still:  # another run is embedding it (finished ones need no report)
-                        reports.append(
-                            DocumentReport(
-                                document_id=doc_id,
-                                name=doc["name"],
-                                source_id=doc["source_id"],
-                                status="skipped",
-                                skip_reason="in_progress",
-                            )
-                        )
-                    continue
-                base = DocumentReport(
-                    document_id=doc_id,
-                    name=doc["name"],
-                    source_id=doc["source_id"],
-                    status="embedding",
-                    version=version,
-                )
-                async with share.connect() as conn:
-                    base.chunks = await repo.current_chunk_count(conn, doc_id)
-                reports.append(await self._embed_pending(share, base, holder))
+            busy = DocumentReport(
+                document_id=doc_id,
+                name=doc["name"],
+                source_id=doc["source_id"],
+                status="skipped",
+                skip_reason="in_progress",
+            )
+            held = await locks.try_acquire(session_locks.document_key(repo.identity_key(doc["source_id"], doc["name"])))
+            if held is None:  # another run is writing or embedding it
+                reports.append(busy)
+                continue
+            try:
+                report = await self._resume_owned(share, doc)
+            finally:
+                await locks.release(held)
+            if report is not None:
+                reports.append(report)
         return reports
+
+    async def _resume_owned(self, share: IngestShare, doc: dict[str, Any]) -> DocumentReport | None:
+        """Embed what one owned document still misses; ``None`` when it finished meanwhile."""
+        doc_id = str(doc["id"])
+        holder = str(uuid.uuid4())
+        async with share.run():
+            async with share.begin() as conn:
+                version = await repo.claim_document(conn, doc_id, holder, self._lease_seconds())
+            if version is None:
+                return None
+            base = DocumentReport(
+                document_id=doc_id,
+                name=doc["name"],
+                source_id=doc["source_id"],
+                status="embedding",
+                version=version,
+            )
+            async with share.connect() as conn:
+                base.chunks = await repo.current_chunk_count(conn, doc_id)
+            return await self._embed_pending(share, base, holder)
 
     async def _fail_new(
         self,
@@ -718,20 +803,36 @@ class Ingestor:
         error: str,
         caller: tuple[str, ...] | None,
     ) -> DocumentReport:
-        """Record a document that could not be processed; nothing else is written. A document under
-        the same identity that a live run is writing or embedding is left alone."""
-        mime = mime or "application/octet-stream"
-        error = self.scrubber.text(error)
+        """Record a document that could not be processed; nothing else is written. It waits its turn
+        on the identity like any writer (``skipped`` / ``in_progress`` when the wait runs out)."""
         filing, access = (base.source_id, base.name, acl, None), self.services.write_access
         async with share.connect() as conn:
             await holders.holder(conn, filing, caller, access)
-        busy = base.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
+        held = await self._own(share, base.source_id, base.name)
+        if held is None:
+            return base.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
+        try:
+            return await self._fail_owned(share, base, mime, acl, attributes, reason, error, caller)
+        finally:
+            await session_locks.locks_for(share.pool).release(held)
+
+    async def _fail_owned(
+        self,
+        share: IngestShare,
+        base: DocumentReport,
+        mime: str | None,
+        acl: list[str],
+        attributes: dict[str, Any],
+        reason: str,
+        error: str,
+        caller: tuple[str, ...] | None,
+    ) -> DocumentReport:
+        """:meth:`_fail_new` for a run that owns the identity."""
+        mime = mime or "application/octet-stream"
+        error = self.scrubber.text(error)
+        filing, access = (base.source_id, base.name, acl, None), self.services.write_access
         async with share.begin() as conn:
-            if not await repo.try_identity_lock(conn, base.source_id, base.name):
-                return busy
             found = await holders.holder(conn, filing, caller, access, for_update=True)
-            if found is not None and found["leased"]:
-                return busy
             doc_id, revision = await repo.write_failed(
                 conn,
                 existing_id=str(found["id"]) if found is not None else None,

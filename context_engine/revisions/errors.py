@@ -23,3 +23,4 @@ class IdempotencyInProgress(ContextEngineError):
 
     code = "idempotency_in_progress"
     status = 409
+    retry_after = 2

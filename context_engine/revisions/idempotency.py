@@ -1,12 +1,14 @@
 """Idempotency keys for ingest and delete: a retry returns the first answer and writes nothing.
 
 Why a claim row and not a unique constraint on the documents: the work (extract, chunk, embed)
-runs in several transactions and can take minutes, so the key is claimed first, in its own short
-transaction (``INSERT ... ON CONFLICT DO NOTHING``); of any number of concurrent callers with one key
-exactly one inserts the claim and does the work, and records its answer on the claim. The others
-wait for that record on short connections of their own (none is held while waiting) and return it.
-A key sent with other content is refused. Keys are per source and live in Postgres, so they
-survive restarts; a claim left pending by a process that died is taken over after ``STALE_AFTER``.
+runs in several transactions and can take minutes. The request that does the work owns the key by
+a session advisory lock (:mod:`context_engine.storage.session_locks`), so of any number of
+concurrent callers with one key exactly one works while the others wait their turn (no connection
+held), then find its recorded answer and return it. The claim row is written before the work and
+its answer recorded after, only for an outcome that happened: if the work raises (or answers that
+it could not be admitted), the claim is removed and the next call with the key does the work. A
+claim left pending by a process that died is taken over at once: its lock died with it. A key
+sent with other content is refused. Keys are per source and live in Postgres.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,10 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.errors import InvalidRequest
 from context_engine.revisions.errors import IdempotencyInProgress, IdempotencyKeyReused
+from context_engine.storage import session_locks
 
 MAX_KEY_CHARS = 200
-#: seconds after which a pending claim is presumed abandoned (its holder died mid-run)
-STALE_AFTER = 900
 #: how long a retry waits for the first request's answer before it reports the key still in progress
 WAIT_SECONDS = 300.0
 
@@ -70,18 +70,6 @@ async def _claim(db: AsyncEngine, source_id: str, key: str, operation: str, dige
             {"s": source_id, "k": key, "o": operation, "h": digest},
         )
     return won is not None
-
-
-async def _take_over_stale(db: AsyncEngine, source_id: str, key: str) -> bool:
-    async with db.begin() as conn:
-        got = await conn.scalar(
-            text(
-                "UPDATE ce_idempotency_keys SET claimed_at = now() WHERE source_id = :s AND key = :k "
-                "AND state = 'pending' AND claimed_at < now() - make_interval(secs => :stale) RETURNING 1"
-            ),
-            {"s": source_id, "k": key, "stale": STALE_AFTER},
-        )
-    return got is not None
 
 
 async def _read(db: AsyncEngine, source_id: str, key: str) -> dict[str, Any] | None:
@@ -141,42 +129,54 @@ async def run_once(
     """``work()``'s outcome the first time ``key`` is used in ``source_id``, the recorded one after.
 
     If ``work`` raises, the claim is released (nothing was recorded) and a retry runs it again.
+    Raises ``IdempotencyInProgress`` (retryable) when the request holding the key is still running
+    after ``wait_seconds``, ``IdempotencyKeyReused`` when the key belongs to other content.
     """
-    deadline = time.monotonic() + wait_seconds
-    pause = 0.02
-    while True:
-        if await _claim(db, source_id, key, operation, digest):
-            break
-        row = await _read(db, source_id, key)
-        if row is None:  # the holder failed and released it: claim again
-            continue
-        if row["request_hash"] != digest or row["operation"] != operation:
-            raise IdempotencyKeyReused(
-                f"idempotency key {key!r} was already used in source {source_id!r} for a different "
-                f"{row['operation']} request; send a new key for new content",
-                details={"key": key, "source_id": source_id},
-            )
-        if row["state"] == "done":
-            return Outcome(
-                str(row["document_id"]) if row["document_id"] else None,
-                row["version"],
-                row["revision"],
-                dict(row["result"] or {}),
-                replayed=True,
-            )
-        if await _take_over_stale(db, source_id, key):
-            break
-        if time.monotonic() >= deadline:
-            raise IdempotencyInProgress(
-                f"the request holding idempotency key {key!r} is still running; retry later",
-                details={"key": key, "source_id": source_id},
-            )
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, 0.5)
+    answered = _answer(await _read(db, source_id, key), source_id, key, operation, digest)
+    if answered is not None:
+        return answered
+    locks = session_locks.locks_for(db)
+    held = await locks.acquire(session_locks.idempotency_key(source_id, key), wait_seconds)
+    if held is None:
+        raise IdempotencyInProgress(
+            f"the request holding idempotency key {key!r} is still running; retry later",
+            details={"key": key, "source_id": source_id},
+        )
     try:
-        outcome = await work()
-    except BaseException:
-        await asyncio.shield(_release(db, source_id, key))
-        raise
-    await _record(db, source_id, key, outcome)
-    return outcome
+        row = await _read(db, source_id, key)
+        answered = _answer(row, source_id, key, operation, digest)
+        if answered is not None:
+            return answered
+        if row is None:
+            await _claim(db, source_id, key, operation, digest)
+        # else: a pending claim of the same request whose owner died (its lock is ours now): take it over
+        try:
+            outcome = await work()
+        except BaseException:
+            await asyncio.shield(_release(db, source_id, key))
+            raise
+        await _record(db, source_id, key, outcome)
+        return outcome
+    finally:
+        await locks.release(held)
+
+
+def _answer(row: dict[str, Any] | None, source_id: str, key: str, operation: str, digest: str) -> Outcome | None:
+    """The recorded answer of the key, ``None`` while it has none; refuses other content."""
+    if row is None:
+        return None
+    if row["request_hash"] != digest or row["operation"] != operation:
+        raise IdempotencyKeyReused(
+            f"idempotency key {key!r} was already used in source {source_id!r} for a different "
+            f"{row['operation']} request; send a new key for new content",
+            details={"key": key, "source_id": source_id},
+        )
+    if row["state"] != "done":
+        return None
+    return Outcome(
+        str(row["document_id"]) if row["document_id"] else None,
+        row["version"],
+        row["revision"],
+        dict(row["result"] or {}),
+        replayed=True,
+    )

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine.config import ContextEngineConfig, database_url_text
 from context_engine.errors import ConfigError, ContextEngineError, DatabaseRefused, StorageUnavailable
-from context_engine.storage import embedded
+from context_engine.storage import embedded, session_locks
 
 #: the URL schemes that name PostgreSQL (psycopg 3 serves them all)
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg", "postgresql+asyncpg")
@@ -170,10 +170,18 @@ class Database:
             engines, self._engines = self._engines, {}
         for loop, engine in engines.items():
             if loop is current:
-                await engine.dispose()
+                await _dispose(engine)
             elif loop.is_running() and not loop.is_closed():
-                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(engine.dispose(), loop))
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_dispose(engine), loop))
         if self._pgdata is not None:
             pgdata, self._pgdata = self._pgdata, None
             self._url = None
             await asyncio.to_thread(embedded.release, pgdata)
+
+
+async def _dispose(engine: AsyncEngine) -> None:
+    """Close the pool's lock connection (its session locks end with it), then the pool."""
+    try:
+        await session_locks.close_for(engine)
+    finally:
+        await engine.dispose()

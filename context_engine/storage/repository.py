@@ -48,7 +48,7 @@ async def current_revision(db: AsyncEngine) -> int:
 async def find_by_identity(
     conn: AsyncConnection, source_id: str, name: str, *, for_update: bool = False
 ) -> dict[str, Any] | None:
-    """The document filed under this identity; ``leased`` says a live run is embedding it.
+    """The document filed under this identity (who may write it is its session lock, not this row).
 
     ``for_update`` row-locks it until the caller's transaction ends (a writer re-reading it).
     """
@@ -56,9 +56,8 @@ async def find_by_identity(
         (
             await conn.execute(
                 text(
-                    "SELECT id, content_hash, status, version, "
-                    "(lease_holder IS NOT NULL AND lease_until > clock_timestamp()) AS leased "
-                    "FROM ce_documents WHERE source_id = :s AND name = :n" + (" FOR UPDATE" if for_update else "")
+                    "SELECT id, content_hash, status, version FROM ce_documents WHERE source_id = :s AND name = :n"
+                    + (" FOR UPDATE" if for_update else "")
                 ),
                 {"s": source_id, "n": name},
             )
@@ -69,22 +68,10 @@ async def find_by_identity(
     return dict(row) if row else None
 
 
-IDENTITY_LOCK_SQL = "hashtextextended(:k, 7)"
-
-
 def identity_key(source_id: str, name: str) -> str:
+    """The key a document identity's locks are taken on (session locks of its run, and the
+    transaction locks of a bulk load, hashed alike)."""
     return f"{len(source_id)}:{source_id}/{name}"
-
-
-async def try_identity_lock(conn: AsyncConnection, source_id: str, name: str) -> bool:
-    """Lock a document identity for the caller's transaction only (released by its commit or
-    rollback, or by the server when the connection dies), so two writers of one identity never
-    interleave and no lock outlives the transaction or costs a connection of its own."""
-    return bool(
-        await conn.scalar(
-            text(f"SELECT pg_try_advisory_xact_lock({IDENTITY_LOCK_SQL})"), {"k": identity_key(source_id, name)}
-        )
-    )
 
 
 _LEASE_UNTIL = "clock_timestamp() + make_interval(secs => CAST(:t AS double precision))"
@@ -98,29 +85,13 @@ async def find_identities(
         return {}
     rows = await conn.execute(
         text(
-            "SELECT d.id, d.source_id, d.name, d.content_hash, d.status, d.version, "
-            "(d.lease_holder IS NOT NULL AND d.lease_until > clock_timestamp()) AS leased FROM ce_documents d "
+            "SELECT d.id, d.source_id, d.name, d.content_hash, d.status, d.version FROM ce_documents d "
             "JOIN unnest(CAST(:s AS text[]), CAST(:n AS text[])) AS x(s, n) ON d.source_id = x.s AND d.name = x.n "
             "ORDER BY d.id" + (" FOR UPDATE OF d" if for_update else "")
         ),
         {"s": [i[0] for i in identities], "n": [i[1] for i in identities]},
     )
     return {(r["source_id"], r["name"]): dict(r) for r in rows.mappings()}
-
-
-async def try_identity_locks(conn: AsyncConnection, identities: Sequence[tuple[str, str]]) -> list[bool]:
-    """:func:`try_identity_lock` for many identities in one statement (input order)."""
-    if not identities:
-        return []
-    keys = [identity_key(s, n) for s, n in identities]
-    rows = await conn.execute(
-        text(
-            f"SELECT pg_try_advisory_xact_lock({IDENTITY_LOCK_SQL.replace(':k', 'x.k')}) FROM "
-            "unnest(CAST(:keys AS text[])) WITH ORDINALITY AS x(k, ord) ORDER BY x.ord"
-        ),
-        {"keys": keys},
-    )
-    return [bool(r[0]) for r in rows]
 
 
 async def visible_documents(conn: AsyncConnection, document_ids: Sequence[str], scope: ReadScope) -> set[str]:
@@ -217,18 +188,38 @@ async def renew_lease(conn: AsyncConnection, document_id: str, holder: str, seco
     return found is not None
 
 
-async def claim_lease(conn: AsyncConnection, document_id: str, holder: str, seconds: float) -> int | None:
-    """Take a document left in ``embedding`` whose lease is free or has run out (its run died);
-    returns its current version, or None when it is finished or another run holds it."""
+async def claim_document(conn: AsyncConnection, document_id: str, holder: str, seconds: float) -> int | None:
+    """Make ``holder`` the run of a document left in ``embedding`` (the caller owns its identity's
+    session lock, so any earlier holder is dead or lost); returns its current version, or None when
+    it is finished meanwhile."""
     found = await conn.scalar(
         text(
             f"UPDATE ce_documents SET lease_holder = CAST(:h AS uuid), lease_until = {_LEASE_UNTIL} "
-            "WHERE id = CAST(:d AS uuid) AND status = 'embedding' "
-            "AND (lease_holder IS NULL OR lease_until <= clock_timestamp()) RETURNING version"
+            "WHERE id = CAST(:d AS uuid) AND status = 'embedding' RETURNING version"
         ),
         {"d": document_id, "h": holder, "t": seconds},
     )
     return int(found) if found is not None else None
+
+
+async def let_go(conn: AsyncConnection, document_id: str, holder: str) -> None:
+    """A run that stops early clears its token; the document stays as it is (resumable)."""
+    await conn.execute(
+        text(
+            "UPDATE ce_documents SET lease_holder = NULL, lease_until = NULL "
+            "WHERE id = CAST(:d AS uuid) AND lease_holder = CAST(:h AS uuid)"
+        ),
+        {"d": document_id, "h": holder},
+    )
+
+
+async def embedding_progress(conn: AsyncConnection, document_id: str) -> dict[str, Any]:
+    """The document's recorded ``meta.embedding_progress`` (empty when there is none)."""
+    found = await conn.scalar(
+        text("SELECT meta -> 'embedding_progress' FROM ce_documents WHERE id = CAST(:d AS uuid)"),
+        {"d": document_id},
+    )
+    return dict(found) if isinstance(found, dict) else {}
 
 
 async def count_pending(conn: AsyncConnection, document_id: str) -> int:
@@ -523,9 +514,10 @@ async def close_versions(
             "ELSE left(t.txt, CAST(:cap AS integer)) END, meta = jsonb_set(CASE WHEN length(t.txt) > "
             "CAST(:cap AS integer) THEN d.meta || jsonb_build_object('text_truncated', true) ELSE d.meta END, "
             "'{embedding_progress}', "
-            "jsonb_build_object('done', 0, 'total', t.pending, 'tokens', 0)) FROM (SELECT c.document_id, "
-            "coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') AS txt, "
-            "count(*) FILTER (WHERE c.embedding IS NULL) AS pending FROM ce_chunks c "
+            # the document's own counts: chunks whose vector was copied from the last version are done
+            "jsonb_build_object('done', t.total - t.pending, 'total', t.total, 'tokens', 0)) FROM (SELECT "
+            "c.document_id, coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') AS txt, "
+            "count(*) AS total, count(*) FILTER (WHERE c.embedding IS NULL) AS pending FROM ce_chunks c "
             "JOIN unnest(CAST(:ids AS uuid[]), CAST(:vs AS integer[])) AS x(id, v) "
             "ON c.document_id = x.id AND c.version = x.v GROUP BY 1) t "
             "WHERE d.id = t.document_id RETURNING CAST(d.id AS text), t.pending"
