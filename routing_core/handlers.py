@@ -12,7 +12,7 @@ import logging
 from typing import Any, cast
 
 from context_engine.limits import LIST_LIMIT_DEFAULT
-from context_engine.models import FAILURE_MESSAGES, IngestReport
+from context_engine.models import FAILURE_MESSAGES, IngestReport, search_wire
 from routing_core.call import Call
 from routing_core.http import CoreResponse, HttpError
 from routing_core.schemas import (
@@ -194,8 +194,7 @@ async def search(call: Call) -> CoreResponse:
         compress_to_tokens=body.compress_to_tokens,
         as_of=body.as_of,
     )
-    passages_only = {"documents"} if result.documents is None else None
-    return CoreResponse(200, result.model_dump(mode="json", exclude=passages_only))
+    return CoreResponse(200, search_wire(result))
 
 
 async def knowledge_query(call: Call) -> CoreResponse:
