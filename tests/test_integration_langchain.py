@@ -15,7 +15,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 from pydantic import ValidationError
 
-from context_engine import TRUSTED, ContextEngine
+from context_engine import TRUSTED, ContextEngine, InvalidRequest
 from context_engine.integrations.langchain import ContextEngineRetriever
 from context_engine.redaction import RedactionPolicy, RedactionRule
 from examples.langchain_chain import OpenAICompatibleChat, build_chain
@@ -70,6 +70,16 @@ async def test_no_principals_at_all_is_refused(engine: ContextEngine) -> None:
 async def test_an_unknown_argument_is_refused(engine: ContextEngine) -> None:
     with pytest.raises(TypeError, match="scope"):
         await ContextEngineRetriever(engine=engine, principals=HR).ainvoke(QUESTION, scope=None)
+
+
+@pytest.mark.parametrize("bad", [{"source_ids": "handbook"}, {"top_k": 0}, {"group_by": "page"}, {"as_of": -1}])
+async def test_bad_search_values_are_refused_as_every_door_refuses_them(engine: ContextEngine, bad: Any) -> None:
+    await seed(engine)
+    retriever = ContextEngineRetriever(engine=engine, principals=HR)
+    with pytest.raises(InvalidRequest):
+        await retriever.ainvoke(QUESTION, **bad)
+    with pytest.raises(InvalidRequest):
+        retriever.invoke(QUESTION, **bad)
 
 
 # --- what a caller gets -------------------------------------------------------------------------------

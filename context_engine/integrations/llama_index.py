@@ -56,7 +56,7 @@ class ContextEngineRetriever(BaseRetriever):
         self.options = SearchOptions(
             principals=explicit_caller(principals),
             top_k=top_k,
-            source_ids=None if source_ids is None else list(source_ids),
+            source_ids=source_ids,
             group_by=group_by,
             as_of=as_of,
         )

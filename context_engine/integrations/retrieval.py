@@ -67,7 +67,7 @@ async def search_records(engine: ContextEngine, query: str, options: SearchOptio
         query,
         principals=options.principals,
         top_k=options.top_k,
-        source_ids=None if options.source_ids is None else list(options.source_ids),
+        source_ids=options.source_ids,  # the engine checks it (a bare string is refused, not split)
         group_by=options.group_by,
         as_of=options.as_of,
     )
