@@ -57,6 +57,7 @@ async def test_nodes_carry_the_routes_fields_and_our_scores(engine: ContextEngin
         assert scored.node.relationships[NodeRelationship.SOURCE].node_id == hit["document_id"]
         shown = scored.node.get_content(metadata_mode=MetadataMode.LLM)
         assert hit["document_name"] in shown and hit["document_id"] not in shown  # ids stay with the app
+        assert "None" not in shown  # a passage without a page says nothing about pages
     assert _names(retriever.retrieve(QUESTION)) == _names(nodes)  # the sync path, on the library's loop
 
 

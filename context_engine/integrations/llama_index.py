@@ -76,7 +76,7 @@ class ContextEngineRetriever(BaseRetriever):
 
 
 def _node(record: Record) -> NodeWithScore:
-    hidden = [key for key in record.metadata if key not in _SHOWN_TO_MODEL]
+    hidden = [key for key, value in record.metadata.items() if key not in _SHOWN_TO_MODEL or value is None]
     node = TextNode(
         id_=record.id,
         text=record.text,
