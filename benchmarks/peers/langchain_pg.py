@@ -9,6 +9,9 @@ server, searched two ways:
   index, ``ts_rank_cd``, fused with the vector leg by its ``reciprocal_rank_fusion``, k 60), which
   embeds the query itself through the ``Embeddings`` it was given (the same local model).
 
+Its text leg is ``plainto_tsquery``, which requires every query word in a document, so on long
+natural-language questions it matches few documents and the hybrid adds little over the vector leg.
+
 langchain-postgres writes the query into the config object it was given (``fts_query``), so each
 call gets a fresh copy; otherwise every search after the first would run the first query's text leg.
 """
