@@ -72,6 +72,13 @@ class SearchResult(BaseModel):
     documents: list[DocumentHit] | None = None
 
 
+def search_wire(result: SearchResult) -> dict[str, Any]:
+    """A search result as the routes send it (and the framework integrations read it): JSON types,
+    ``documents`` only for a ``group_by="document"`` search. Redaction happened in ``engine.search``."""
+    passages_only = {"documents"} if result.documents is None else None
+    return result.model_dump(mode="json", exclude=passages_only)
+
+
 class DocumentReport(BaseModel):
     """What happened to one document of an ingest call."""
 

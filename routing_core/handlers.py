@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from context_engine.errors import DocumentBusy
 from context_engine.limits import LIST_LIMIT_DEFAULT
-from context_engine.models import FAILURE_MESSAGES, IngestReport
+from context_engine.models import FAILURE_MESSAGES, IngestReport, search_wire
 from context_engine.tools.availability import stored_tools_off
 from routing_core.call import Call
 from routing_core.http import CoreResponse, HttpError
@@ -200,8 +200,7 @@ async def search(call: Call) -> CoreResponse:
         as_of=body.as_of,
         mode=body.mode,
     )
-    passages_only = {"documents"} if result.documents is None else None
-    return CoreResponse(200, result.model_dump(mode="json", exclude=passages_only))
+    return CoreResponse(200, search_wire(result))
 
 
 async def knowledge_query(call: Call) -> CoreResponse:

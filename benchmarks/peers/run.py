@@ -9,7 +9,9 @@ Systems, all over the same BEIR corpus and queries and the same all-MiniLM-L6-v2
   directory, searched with ``search(top_k=100, group_by="document")``;
 * LanceDB: full-text (its native BM25 index), vector (flat, exact) and hybrid (both, its RRF reranker);
 * Chroma: dense (its HNSW index, cosine);
-* bm25s (stemmed) and exact numpy dense search, and plain RRF of the two (k 60).
+* bm25s (stemmed) and exact numpy dense search, and plain RRF of the two (k 60);
+* langchain-postgres ``PGVectorStore``, hybrid and vector alone, in a database of its own on our
+  engine's embedded server (``langchain_pg.py``; ``--no-langchain-pg`` leaves it out).
 
 The peers index one vector per document: title + text cut to the model's window, as
 sentence-transformers evaluates BEIR. Those vectors are computed once and cached under
@@ -272,6 +274,22 @@ def numpy_system(ids: list[str], vectors: np.ndarray) -> Timed:
     return Timed("exact dense (numpy)", search, needs_vector=True)
 
 
+async def langchain_pg_systems(
+    engine: ContextEngine, dataset: BeirDataset, ids: list[str], vectors: np.ndarray, embed: Embed
+) -> tuple[list[Timed], Callable[[], Awaitable[None]]]:
+    """The langchain-postgres rows (see ``langchain_pg.py``) and the closer of its pool."""
+    from importlib.metadata import version
+
+    from langchain_pg import langchain_pg_searches
+
+    texts = [f"{t} {x}".strip() for t, x in dataset.corpus.values()]
+    peer = await langchain_pg_searches(await engine.services.database.url(), ids, texts, vectors, embed, DEPTH)
+    label = f"langchain-postgres {version('langchain-postgres')} PGVectorStore"
+    systems = [Timed(f"{label} {name}", search, needs_vector=needs) for name, (search, needs) in peer.searches.items()]
+    systems[0].build_seconds, systems[0].disk_bytes = peer.build_seconds, peer.disk_bytes
+    return systems, peer.close
+
+
 # ------------------------------------------------------------------------------------------- scoring
 
 
@@ -321,6 +339,7 @@ async def main(args: argparse.Namespace) -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="ce-peers-"))
     engine: ContextEngine | None = None
+    close_langchain_pg: Callable[[], Awaitable[None]] | None = None
     try:
         engine, _chunks, ingest_seconds = await build_engine(dataset, workdir, args.cache, model, args.concurrency)
         log(f"context-engine ingest: {ingest_seconds:.1f} s")
@@ -338,6 +357,9 @@ async def main(args: argparse.Namespace) -> None:
         peers.append(chroma_system(ids, vectors, workdir))
         peers.append(bm25s_system(dataset, ids))
         peers.append(numpy_system(ids, vectors))
+        if args.langchain_pg:
+            rows, close_langchain_pg = await langchain_pg_systems(engine, dataset, ids, vectors, embed)
+            peers += rows
         systems = [mine, *peers]
         for _ in range(args.warmup):  # warm every system on the first query
             for system in systems:
@@ -352,6 +374,8 @@ async def main(args: argparse.Namespace) -> None:
                 await system.run(qid, dataset.queries[qid], embed)
         log(f"queries done; load {load_average()}")
     finally:
+        if close_langchain_pg is not None:
+            await close_langchain_pg()
         if engine is not None:
             await engine.aclose()
         embedded.remove(workdir / "pg")  # stops the embedded server before its files go
@@ -413,4 +437,6 @@ if __name__ == "__main__":
     parser.add_argument("--documents", type=int, default=0, help="smoke run: only the first N documents")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up calls per system before timing")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent ingest calls")
+    parser.add_argument("--no-langchain-pg", dest="langchain_pg", action="store_false",
+                        help="leave out the langchain-postgres rows")
     asyncio.run(main(parser.parse_args()))
