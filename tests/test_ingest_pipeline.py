@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +15,7 @@ from context_engine import TRUSTED, ContextEngine, IngestTooLarge
 from context_engine.hooks import Hooks, ProgressEvent, UsageEvent
 from tests.conftest import make_config
 from tests.fakes.http_server import FakeHTTPServer, Target, fake_http_server, fake_openai_embeddings  # noqa: F401
-from tests.waiting import HANG_GUARD, finishes, until_async
+from tests.waiting import HANG_GUARD, until_async
 
 DIM = 8
 
@@ -150,20 +151,18 @@ async def test_racing_ingests_of_one_text_take_turns_and_write_it_once(
     fake_http_server: FakeHTTPServer,  # noqa: F811
 ) -> None:
     ok = fake_openai_embeddings(DIM)
-    release = threading.Event()
 
-    def held(body: Any, headers: dict[str, str], target: Target) -> Any:
-        release.wait(HANG_GUARD)  # the winner stays in progress until the loser has been answered
+    def slow(body: Any, headers: dict[str, str], target: Target) -> Any:
+        time.sleep(0.3)
         return ok(body, headers, target)
 
-    fake_http_server.route("POST", "/v1/embeddings", held)
+    fake_http_server.route("POST", "/v1/embeddings", slow)
     async with ContextEngine(_config(database_url, fake_http_server, max_batch_items=2)) as engine:
-        racing = [asyncio.create_task(engine.ingest(text=_sections(6), name="same")) for _ in range(2)]
-        await finishes(asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED), "the loser's answer")
-        release.set()
-        a, b = await asyncio.gather(*racing)
+        a, b = await asyncio.gather(
+            engine.ingest(text=_sections(6), name="same"), engine.ingest(text=_sections(6), name="same")
+        )
         statuses = sorted([a.documents[0].status, b.documents[0].status])
-        assert statuses == ["completed", "skipped"]
+        assert statuses == ["completed", "skipped"], (a, b)
         # the second waited for the first run to finish, then found the same text stored
         second = a.documents[0] if a.documents[0].status == "skipped" else b.documents[0]
         assert second.skip_reason == "unchanged"
