@@ -34,7 +34,9 @@ class _Request(AsyncRequest):
     async def read_form(self) -> Form:
         try:
             self.form = await self.native.form()
-        except (HTTPException, MultiPartException):
+        except MultiPartException as exc:
+            raise (http.too_many_parts() if str(exc).startswith("Too many") else http.malformed_multipart()) from None
+        except HTTPException:
             raise http.malformed_multipart() from None
         fields, files = [], []
         for key, value in self.form.multi_items():
