@@ -17,6 +17,8 @@ from routing_core.http import HttpError
 
 #: (name, JSON schema, description), as a route declares them
 QueryParam = tuple[str, dict[str, Any], str]
+#: a schema's own error code for a string it refuses (a cursor: ``invalid_cursor``), else ``invalid_request``
+ERROR_CODE = "x-error-code"
 
 
 def check_query(declared: tuple[QueryParam, ...], query: Mapping[str, list[str]]) -> dict[str, list[Any]]:
@@ -46,16 +48,17 @@ def _convert(name: str, schema: dict[str, Any], raw: str) -> Any:
         if raw.lower() in ("0", "false", "no"):
             return False
         raise HttpError(400, "invalid_request", f"{name}: must be true or false")
+    code = schema.get(ERROR_CODE, "invalid_request")
     try:
         value = check_text(raw, name, schema.get("maxLength"), required=schema.get("minLength", 0) > 0)
     except ContextEngineError as exc:
-        raise HttpError(exc.status, exc.code, exc.message) from None
+        raise HttpError(exc.status, code if exc.status == 400 else exc.code, exc.message) from None
     allowed = schema.get("enum")
     if allowed is not None and value not in allowed:
-        raise HttpError(400, "invalid_request", f"{name}: must be one of {', '.join(allowed)}")
+        raise HttpError(400, code, f"{name}: must be one of {', '.join(allowed)}")
     pattern = schema.get("pattern")
     if pattern is not None and _compiled(pattern).search(value) is None:
-        raise HttpError(400, "invalid_request", f"{name}: has characters this parameter never holds")
+        raise HttpError(400, code, f"{name}: has characters this parameter never holds")
     return value
 
 

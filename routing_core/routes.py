@@ -26,7 +26,7 @@ from routing_core import handlers
 from routing_core.access import KNOWLEDGE_SCOPE
 from routing_core.call import Call
 from routing_core.http import CoreResponse
-from routing_core.params import QueryParam
+from routing_core.params import ERROR_CODE, QueryParam
 from routing_core.schemas import (
     NOT_BLANK,
     ApprovalRequired,
@@ -57,7 +57,12 @@ LIMIT_SCHEMA = {"type": "integer", "minimum": LIST_LIMIT_MIN, "maximum": LIST_LI
 REVISION_SCHEMA = {"type": "integer", "minimum": 0}
 SOURCE_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS, "pattern": NOT_BLANK}
 #: a page cursor is opaque URL-safe base64: only a ``next_cursor`` this server returned continues a list
-CURSOR_SCHEMA = {"type": "string", "maxLength": MAX_CURSOR_CHARS, "pattern": "^[A-Za-z0-9_-]*$"}
+CURSOR_SCHEMA = {
+    "type": "string",
+    "maxLength": MAX_CURSOR_CHARS,
+    "pattern": "^[A-Za-z0-9_-]*$",
+    ERROR_CODE: "invalid_cursor",
+}
 CURSOR_DOC = "next_cursor of the previous page (opaque; any other value answers 400 invalid_cursor)"
 AS_OF_DOC = "at most the current revision (a later one answers 400)"
 

@@ -37,6 +37,10 @@ from schemathesis.specs.openapi.checks import use_after_free
 ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
 
 
+#: generous on purpose: the figure that matters is the server's own bound on work per request
+REQUEST_TIMEOUT_SECONDS = 600
+
+
 @dataclass(frozen=True)
 class StoreState:
     """What the seeded store issued: a page cursor and its revision then."""
@@ -63,6 +67,8 @@ def engine_config(max_examples: int) -> schemathesis.Config:
     """
     return schemathesis.Config.from_dict(
         {
+            # the run waits for what the server takes: a request cut off is no answer to check
+            "request-timeout": REQUEST_TIMEOUT_SECONDS,
             "generation": {"allow-x00": False, "codec": "utf-8", "max-examples": max_examples, "deterministic": True},
             "phases": {name: {"enabled": True} for name in ("examples", "coverage", "fuzzing", "stateful")},
             "checks": {
@@ -74,11 +80,24 @@ def engine_config(max_examples: int) -> schemathesis.Config:
     )
 
 
-def bind(schema: Any, state: StoreState) -> None:
-    """Register on ``schema`` the hook that puts the store's state into positive cases."""
+#: each bound schema's store, by the schema's id (schemathesis takes ``before_call`` only as a
+#: process-wide hook, and its schemas are not hashable)
+_STATES: dict[int, StoreState] = {}
 
-    @schema.hook
-    def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
+
+def bind(schema: Any, state: StoreState) -> None:
+    """Have positive cases of ``schema`` sent in the store's state (see the module's docstring)."""
+    _STATES[id(schema)] = state
+
+
+def unbind(schema: Any) -> None:
+    _STATES.pop(id(schema), None)
+
+
+@schemathesis.hook
+def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    state = _STATES.get(id(case.operation.schema))
+    if state is not None:
         _in_state(case, state)
 
 
@@ -99,7 +118,8 @@ def _in_state(case: Any, state: StoreState) -> None:
             query.pop("version", None)
     if isinstance(case.body, dict):
         for key in ("as_of", "asOf"):
-            if isinstance(case.body.get(key), int) and not isinstance(case.body[key], bool):
+            value = case.body.get(key)  # JSON Schema's integers include 138.0
+            if isinstance(value, int | float) and not isinstance(value, bool):
                 case.body[key] = state.revision
 
 

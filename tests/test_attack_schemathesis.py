@@ -24,7 +24,7 @@ import schemathesis
 from context_engine import ContextEngine
 from routing_core import sync_bridge
 from tests.conftest import make_config
-from tests.contract_run import StoreState, bind, engine_config, run_contract
+from tests.contract_run import StoreState, bind, engine_config, run_contract, unbind
 from tests.test_conformance import configure_django, fresh_database
 
 SPEC = Path(__file__).resolve().parent.parent / "openapi" / "openapi.json"
@@ -91,6 +91,7 @@ def mounted_schema(adapter: str, pg_base_url: str, max_examples: int = EXAMPLES)
         try:
             yield schema
         finally:
+            unbind(schema)
             sync_bridge.run(engine.aclose())
 
 
@@ -98,7 +99,7 @@ def mounted_schema(adapter: str, pg_base_url: str, max_examples: int = EXAMPLES)
 def test_every_operation_answers_inside_its_contract(adapter: str, pg_base_url: str) -> None:
     with mounted_schema(adapter, pg_base_url) as schema:
         found = run_contract(schema)
-    assert not found.errors, found.errors
     assert found.failures == [], "\n\n".join(found.failures)
+    assert not found.errors, found.errors
     assert found.cases > 100, found  # every phase ran
     assert found.statuses[200] and found.statuses[201] and found.statuses[400], found.statuses

@@ -466,7 +466,37 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     r["wrong_method_documents"] = call("DELETE", "/documents")
     r["wrong_method_options"] = call("OPTIONS", "/stats")
     r["wrong_method_unauthenticated"] = call("PATCH", "/stats", token=None)
+
+    # query parameters hold to their declared schema; a cursor the server did not issue says so alike
+    r["tools_bad_kind"] = call("GET", "/tools", query={"kind": "AAA"})
+    r["tools_bad_cursor"] = call("GET", "/tools", query={"cursor": "bm90LWlzc3VlZA"})
+    r["list_forged_cursor"] = call("GET", "/documents", query={"cursor": "bm90LWlzc3VlZA"})
+
+    # a list refused whole answers as its first entry would alone
+    r["ingest_list_forbidden_acl"] = call(
+        "POST", "/documents", json_body=[{"text": "x", "acl": ["group:finance"]}, {"text": "y", "acl": ["group:x"]}]
+    )
+
+    # acl parts: up to the form's cap stored, past it refused, past the framework's own cap refused alike
+    for count in (500, 501, 1200):
+        body, ctype = acl_parts_form(count)
+        r[f"upload_{count}_acl_parts"] = call("POST", "/documents", who="!trusted", body=body, content_type=ctype)
     return r
+
+
+def acl_parts_form(count: int) -> tuple[bytes, str]:
+    """A multipart upload naming ``count`` principals, one ``acl`` part each."""
+    parts = [
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="acl"\r\n\r\ngroup:part-{i}\r\n'.encode()
+        for i in range(count)
+    ]
+    parts.append(f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="source_id"\r\n\r\nparts\r\n'.encode())
+    parts.append(
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="parts-{count}.md"\r\n'
+        f"Content-Type: text/plain\r\n\r\nA note filed under {count} groups.\r\n".encode()
+    )
+    parts.append(f"--{BOUNDARY}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={BOUNDARY}"
 
 
 def _add(a: int, b: int) -> int:
@@ -635,11 +665,36 @@ def test_list_shows_only_what_the_caller_may_see(t: Transcript, step: str, expec
 
 @pytest.mark.parametrize(
     ("step", "fragment"),
-    [("list_bad_limit", "limit"), ("list_limit_not_int", "limit: must be an integer"), ("list_bad_cursor", "cursor")],
+    [("list_bad_limit", "limit"), ("list_limit_not_int", "limit: must be an integer")],
 )
 def test_list_bad_parameters_are_400(t: Transcript, step: str, fragment: str) -> None:
     status, code, message = err(t[step])
     assert (status, code) == (400, "invalid_request") and fragment in message
+
+
+@pytest.mark.parametrize("step", ["list_bad_cursor", "list_forged_cursor", "tools_bad_cursor"])
+def test_a_cursor_the_server_did_not_issue_is_400_invalid_cursor(t: Transcript, step: str) -> None:
+    status, code, message = err(t[step])
+    assert (status, code) == (400, "invalid_cursor") and "cursor" in message
+
+
+def test_a_query_value_outside_its_enum_is_400(t: Transcript) -> None:
+    assert err(t["tools_bad_kind"]) == (400, "invalid_request", "kind: must be one of http, db, mcp, function")
+
+
+def test_a_list_refused_whole_answers_as_its_first_entry_alone(t: Transcript) -> None:
+    reply = t["ingest_list_forbidden_acl"]
+    assert err(reply)[:2] == err(t["ingest_forbidden_acl"])[:2] == (403, "forbidden")
+    assert [item["error"]["code"] for item in reply.body["items"]] == ["forbidden", "forbidden"]
+
+
+def test_acl_parts_past_the_forms_cap_are_400_on_every_adapter(t: Transcript) -> None:
+    assert t["upload_500_acl_parts"].status == 201, t["upload_500_acl_parts"].body
+    assert len(t["upload_500_acl_parts"].body["documents"]) == 1
+    status, code, message = err(t["upload_501_acl_parts"])
+    assert (status, code) == (400, "invalid_request") and "at most 500 parts" in message
+    status, code, message = err(t["upload_1200_acl_parts"])  # past every framework's own cap on parts
+    assert (status, code) == (400, "invalid_request") and "more parts than this server reads" in message
 
 
 # ---------------------------------------------------------------------------------- get

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from context_engine.errors import InvalidCursor
 from context_engine.tools.errors import (
     AmbiguousToolError,
     ApprovalAlreadyResolved,
     ApprovalExpired,
     ApprovalNotFound,
     EgressRefused,
-    InvalidCursor,
     SecretKeyRequired,
     ToolArgumentsInvalid,
     ToolConfigInvalid,
