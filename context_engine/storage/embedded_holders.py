@@ -215,6 +215,9 @@ def spawn_reaper(base: Path) -> None:
     """Start ``base``'s reaper unless one runs: its own session, so a Ctrl-C of the host's group spares it."""
     if reaper_running(base):
         return
+    if not Path(sys.executable or "").name.startswith("python"):
+        # an embedding host (a uWSGI or mod_wsgi binary) is no interpreter to run the reaper with
+        raise OSError(f"no Python interpreter to run the reaper with (sys.executable is {sys.executable!r})")
     subprocess.Popen(
         [sys.executable, "-P", str(Path(__file__).resolve()), str(base)],
         stdin=subprocess.DEVNULL,
