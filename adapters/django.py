@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Unpack
 
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, UnreadablePostError
 from django.http.multipartparser import MultiPartParserError
 from django.urls import URLPattern, re_path
@@ -42,6 +42,8 @@ class _Request(SyncRequest):
             form, files = self.native.POST, self.native.FILES
         except RequestDataTooBig:  # DATA_UPLOAD_MAX_MEMORY_SIZE, over the form's non-file fields
             raise http.framework_too_large() from None
+        except (TooManyFieldsSent, TooManyFilesSent):  # DATA_UPLOAD_MAX_NUMBER_FIELDS / _FILES
+            raise http.too_many_parts() from None
         except (MultiPartParserError, SuspiciousOperation):
             raise http.malformed_multipart() from None
         except UnreadablePostError:

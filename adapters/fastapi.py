@@ -34,8 +34,10 @@ class _Request(AsyncRequest):
     async def read_form(self) -> Form:
         try:
             self.form = await self.native.form()
-        except (HTTPException, MultiPartException):
-            raise http.malformed_multipart() from None
+        except (HTTPException, MultiPartException) as exc:  # starlette wraps its parser's refusal in a 400
+            detail = str(getattr(exc, "detail", None) or getattr(exc, "message", None) or exc)
+            too_many = detail.startswith("Too many")  # its caps on fields and files (1,000 each)
+            raise (http.too_many_parts() if too_many else http.malformed_multipart()) from None
         fields, files = [], []
         for key, value in self.form.multi_items():
             if not isinstance(value, UploadFile):

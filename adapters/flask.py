@@ -8,7 +8,7 @@ loop of ``routing_core.sync_bridge`` (a loop per request would mean connections 
 
 from __future__ import annotations
 
-from typing import Any, Unpack
+from typing import IO, Any, Unpack
 
 import flask
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -29,12 +29,50 @@ class _RestConverter(PathConverter):
     part_isolating = False  # werkzeug would infer True from a regex without "/"
 
 
+class _TooManyParts(ValueError):
+    pass
+
+
+class _PartCounter:
+    """A form body's stream that counts multipart delimiters as they are read.
+
+    Werkzeug refuses too many parts with the same 413 as too many bytes; counting here tells the
+    two apart, so a form with too many parts answers as on the other adapters.
+    """
+
+    def __init__(self, stream: IO[bytes], boundary: bytes, cap: int):
+        self.stream, self.delimiter, self.cap = stream, b"--" + boundary, cap
+        self.seen, self.tail = 0, b""
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        window = self.tail + data
+        self.seen += window.count(self.delimiter) - self.tail.count(self.delimiter)
+        self.tail = window[-(len(self.delimiter) - 1) :] if len(self.delimiter) > 1 else b""
+        if self.seen - 1 > self.cap:  # the last delimiter closes the body
+            raise _TooManyParts()
+        return data
+
+
 class _StrictFormDataParser(FormDataParser):
-    """Werkzeug's parser, but a body that does not parse raises instead of reading as empty."""
+    """Werkzeug's parser, but a body that does not parse raises instead of reading as empty, and
+    too many parts raise :class:`_TooManyParts` (the request's ``max_form_parts``)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         kwargs["silent"] = False
+        self.part_cap: int | None = kwargs.get("max_form_parts")
+        kwargs["max_form_parts"] = None  # counted by _PartCounter instead
         super().__init__(*args, **kwargs)
+
+    def _parse_multipart(
+        self, stream: IO[bytes], mimetype: str, content_length: int | None, options: dict[str, str]
+    ) -> Any:
+        boundary = options.get("boundary", "").encode("ascii", "replace")
+        if self.part_cap is None or not boundary:
+            return super()._parse_multipart(stream, mimetype, content_length, options)
+        counted: Any = _PartCounter(stream, boundary, self.part_cap)
+        _, form, files = super()._parse_multipart(counted, mimetype, content_length, options)
+        return stream, form, files
 
 
 class _Request(SyncRequest):
@@ -56,6 +94,8 @@ def _reading(read: Any) -> Any:
     """Werkzeug's refusals while reading a body, as the error contract."""
     try:
         return read()
+    except _TooManyParts:
+        raise http.too_many_parts() from None
     except ValueError:  # the strict form parser
         raise http.malformed_multipart() from None
     except RequestEntityTooLarge:  # the host's MAX_CONTENT_LENGTH or MAX_FORM_MEMORY_SIZE

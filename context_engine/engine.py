@@ -21,6 +21,7 @@ from context_engine.embeddings.base import Embedder
 from context_engine.errors import (
     ContextEngineError,
     Forbidden,
+    InvalidCursor,
     InvalidRequest,
     NameTaken,
     NotFound,
@@ -1411,7 +1412,7 @@ def _decode_cursor(cursor: str) -> tuple[str, str]:
         datetime.fromisoformat(created)
         return created, str(uuid.UUID(doc_id))
     except (ValueError, UnicodeDecodeError):
-        raise InvalidRequest("cursor is not valid; pass the next_cursor of a previous page") from None
+        raise InvalidCursor("cursor is not valid; pass the next_cursor of a previous page") from None
 
 
 __all__ = ["ContextEngine", "ContextEngineError"]

@@ -38,6 +38,12 @@ class InvalidRequest(ContextEngineError):
     status = 400
 
 
+class InvalidCursor(InvalidRequest):
+    """A page cursor this server did not issue (or issued for another query): every list says it alike."""
+
+    code = "invalid_cursor"
+
+
 class NotFound(ContextEngineError):
     """Missing, or not visible to the caller: the two read the same on purpose."""
 

@@ -46,6 +46,10 @@ def parse_json_body(raw: bytes, content_type: str | None, model: type[BaseModel]
     return validate(check_json_value(data, "", MAX_JSON_DEPTH), model)
 
 
+#: ``acl`` parts a form may repeat: with the form's other fields they stay under every framework's
+#: default cap on parts (1,000); a longer list travels as one part holding a JSON list
+MAX_FORM_ACL_PARTS = 500
+
 #: a boolean form field's words; anything else reaches validation as text and is refused there
 _FORM_BOOLS = {"true": True, "false": False}
 
@@ -77,6 +81,12 @@ def parse_form_fields(fields: list[tuple[str, str]], model: type[BaseModel]) -> 
     """
     data: dict[str, Any] = {}
     acl = [raw for key, raw in fields if key == "acl"]
+    if len(acl) > MAX_FORM_ACL_PARTS:
+        raise HttpError(
+            400,
+            "invalid_request",
+            f"acl: at most {MAX_FORM_ACL_PARTS} parts; send a longer list as one part holding a JSON list",
+        )
     for key, raw in fields:
         if raw == "" or key == "acl":
             continue  # an empty field means the default, as an absent one does

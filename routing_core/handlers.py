@@ -66,8 +66,10 @@ async def ingest(call: Call) -> CoreResponse:
 async def ingest_list(call: Call, body: IngestTextList) -> CoreResponse:
     """A JSON list: one ``ingest_many`` call for the entries that validated; entries answer in order.
 
-    201 when every entry was stored; 422 (the first error beside the items) when none was stored
-    or found unchanged; 200 otherwise, and then each item says what became of its entry.
+    201 when every entry was stored; when none was stored or found unchanged, the first entry's
+    error beside the items, with the status that entry alone would have answered (403 for an ACL
+    the caller does not hold, 400 for an entry that does not validate, 422 for one that could not
+    be read); 200 otherwise, and then each item says what became of its entry.
     """
     if call.request.header("idempotency-key") is not None:
         raise HttpError(
@@ -81,9 +83,11 @@ async def ingest_list(call: Call, body: IngestTextList) -> CoreResponse:
     report = await call.engine.ingest_many(documents, principals=call.who.principals_arg()) if documents else None
     by_index = dict(zip((i for i, _ in valid), report.items if report else [], strict=True))
     items: list[IngestListItem] = []
+    statuses: list[int] = []  # what each entry alone would have answered, when it was refused
     for index, entry in enumerate(body.documents):
         if isinstance(entry, ErrorDetail):
             items.append(IngestListItem(index=index, error=entry))
+            statuses.append(400)  # the single body's answer to a field that does not validate
             continue
         outcome = by_index[index]
         if outcome.report is not None:
@@ -94,6 +98,9 @@ async def ingest_list(call: Call, body: IngestTextList) -> CoreResponse:
             assert outcome.error is not None
             error = ErrorDetail(code=outcome.error.code, message=outcome.error.message)
             items.append(IngestListItem(index=index, error=error))
+            statuses.append(outcome.error.status)
+            continue
+        statuses.append(422)
     answer = IngestListReport(items=items, totals=_list_totals(items)).model_dump(mode="json")
     stored = [i for i in items if i.report is not None and i.report.status in ("completed", "embedding")]
     if len(stored) == len(items):
@@ -107,7 +114,7 @@ async def ingest_list(call: Call, body: IngestTextList) -> CoreResponse:
         assert first.report is not None
         reason = first.report.failure_reason or "unknown"
         detail = ErrorDetail(code=reason, message=first.report.failure_message or FAILURE_MESSAGES[reason])
-    return CoreResponse(422, {"error": detail.model_dump(), **answer})
+    return CoreResponse(statuses[0], {"error": detail.model_dump(), **answer})
 
 
 def _list_totals(items: list[IngestListItem]) -> dict[str, int]:

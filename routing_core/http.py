@@ -76,6 +76,15 @@ def malformed_multipart() -> HttpError:
     )
 
 
+def too_many_parts() -> HttpError:
+    """The framework's cap on the number of multipart parts refused (each adapter answers it alike)."""
+    return HttpError(
+        400,
+        "invalid_request",
+        "the multipart body has more parts than this server reads; send a long acl as one part holding a JSON list",
+    )
+
+
 def framework_too_large() -> HttpError:
     """The framework's own body cap (Flask ``MAX_CONTENT_LENGTH``, Django ``DATA_UPLOAD_*``) refused."""
     return HttpError(413, "too_large", "the request body is larger than this server accepts")

@@ -19,12 +19,14 @@ from context_engine.limits import (
     MAX_NAME_CHARS,
     MAX_SOURCE_ID_CHARS,
 )
+from routing_core.bodies import MAX_FORM_ACL_PARTS
 from routing_core.http import JSON_TYPE
 from routing_core.routes import ROUTES, Route
 from routing_core.schemas import NOT_BLANK, ErrorBody
 
 _ERRORS = {
-    "400": "Invalid request (empty query, bound out of range, bad JSON or a wrong field type)",
+    "400": "Invalid request (empty query, bound out of range, bad JSON or a wrong field type; a cursor this server "
+    "did not issue, `invalid_cursor`; an `as_of` past the current revision, or given with `version`)",
     "401": "Missing or invalid credentials",
     "403": (
         "Forbidden: an ACL the caller does not hold, a document it may read but not change, "
@@ -55,9 +57,9 @@ _FORM = {
             "type": "array",
             # one part per principal; a single part is read as a JSON list or as comma-separated principals
             "items": {"type": "string", "maxLength": MAX_ACL_ENTRY_CHARS, "pattern": ACL_PART},
-            "maxItems": MAX_ACL_ENTRIES,
-            "description": "the principals: one part each; a single part may also hold a JSON list or "
-            "comma-separated principals",
+            "maxItems": MAX_FORM_ACL_PARTS,
+            "description": f"the principals: one part each (at most {MAX_FORM_ACL_PARTS} parts); a single part may "
+            f"also hold a JSON list (up to {MAX_ACL_ENTRIES}) or comma-separated principals",
         },
         "attributes": {
             "type": "object",
@@ -125,6 +127,11 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
                 "content": {"application/json": {"schema": ref(model)}},
             }
         for status, description, model in route.list_responses:  # beside the single form's answer
+            if str(status) not in responses and str(status) in _ERRORS:  # the single form's error answer
+                responses[str(status)] = {
+                    "description": _ERRORS[str(status)],
+                    "content": {"application/json": {"schema": error_ref}},
+                }
             found = responses.get(str(status))
             if found is None:
                 responses[str(status)] = {

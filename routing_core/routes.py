@@ -28,7 +28,7 @@ from routing_core import handlers
 from routing_core.access import KNOWLEDGE_SCOPE, scope_for
 from routing_core.call import Call
 from routing_core.http import CoreResponse
-from routing_core.params import QueryParam
+from routing_core.params import ERROR_CODE, QueryParam
 from routing_core.schemas import (
     NOT_BLANK,
     ApprovalRequired,
@@ -58,6 +58,15 @@ from routing_core.schemas import (
 LIMIT_SCHEMA = {"type": "integer", "minimum": LIST_LIMIT_MIN, "maximum": LIST_LIMIT_MAX}
 REVISION_SCHEMA = {"type": "integer", "minimum": 0}
 SOURCE_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE_ID_CHARS, "pattern": NOT_BLANK}
+#: a page cursor is opaque URL-safe base64: only a ``next_cursor`` this server returned continues a list
+CURSOR_SCHEMA = {
+    "type": "string",
+    "maxLength": MAX_CURSOR_CHARS,
+    "pattern": "^[A-Za-z0-9_-]*$",
+    ERROR_CODE: "invalid_cursor",
+}
+CURSOR_DOC = "next_cursor of the previous page (opaque; any other value answers 400 invalid_cursor)"
+AS_OF_DOC = "at most the current revision (a later one answers 400)"
 
 Handler = Callable[[Call], Coroutine[Any, Any, CoreResponse]]
 #: reads a per-route number from the engine's configuration (``None``: no limit)
@@ -151,7 +160,14 @@ _TABLE: tuple[Route, ...] = (
             (201, "A list: every entry was stored", IngestListReport),
             (200, "A list with mixed outcomes, or all unchanged: each item says what became of its entry",
              IngestListReport),
-            (422, "A list of which nothing was stored: the first entry's error beside the items", IngestListFailed),
+            (422, "A list of which nothing was stored: the first entry's error beside the items, with the status "
+             "that entry alone would answer (422: it could not be read)", IngestListFailed),
+            (400, "A list of which nothing was stored, its first entry not valid", IngestListFailed),
+            (403, "A list of which nothing was stored, its first entry under an ACL the caller does not hold",
+             IngestListFailed),
+            (409, "A list of which nothing was stored, its first entry's name held by a document the caller may "
+             "not replace", IngestListFailed),
+            (413, "A list of which nothing was stored, its first entry over a size cap", IngestListFailed),
             (422, "A request this deployment cannot carry out, refused before anything is read: `batch` "
              "on an embedding provider without a batch API (`batch_unsupported`)", ErrorBody),
         ),
@@ -165,9 +181,9 @@ _TABLE: tuple[Route, ...] = (
         DocumentPage,
         query_params=(
             ("limit", LIMIT_SCHEMA, f"page size (default {LIST_LIMIT_DEFAULT})"),
-            ("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "next_cursor of the previous page"),
+            ("cursor", CURSOR_SCHEMA, CURSOR_DOC),
             ("source_id", SOURCE_ID_SCHEMA, "restrict to a source; repeatable"),
-            ("as_of", REVISION_SCHEMA, "list as of this revision (default: the current one)"),
+            ("as_of", REVISION_SCHEMA, f"list as of this revision (default: the current one), {AS_OF_DOC}"),
         ),
     ),
     Route(
@@ -179,15 +195,16 @@ _TABLE: tuple[Route, ...] = (
         Document,
         query_params=(
             ("include_text", {"type": "boolean"}, "include the extracted text (default true)"),
-            ("as_of", REVISION_SCHEMA, "the document as it was at this revision"),
-            ("version", {"type": "integer", "minimum": 1}, "this version of the document (not with as_of)"),
+            ("as_of", REVISION_SCHEMA, f"the document as it was at this revision, {AS_OF_DOC}"),
+            ("version", {"type": "integer", "minimum": 1}, "this version of the document (with as_of: 400)"),
         ),
     ),
     Route(
         "GET",
         "/documents/{document_id}/versions",
         handlers.document_versions,
-        "Every version of a document the caller may see, with the revisions each was current in",
+        "Every version of a document the caller may see, with the revisions each was current in (a deleted "
+        "document's history stays readable: deleting ends its current version, not its past)",
         None,
         DocumentVersions,
     ),
@@ -227,7 +244,7 @@ _TABLE: tuple[Route, ...] = (
         Stats,
         query_params=(
             ("source_id", SOURCE_ID_SCHEMA, "restrict to a source; repeatable"),
-            ("as_of", REVISION_SCHEMA, "counts as of this revision"),
+            ("as_of", REVISION_SCHEMA, f"counts as of this revision, {AS_OF_DOC}"),
         ),
     ),
     Route(
@@ -284,7 +301,7 @@ _TABLE: tuple[Route, ...] = (
              "only names containing this"),
             ("requires_approval", {"type": "boolean"}, "only gated (true) or ungated (false) tools"),
             ("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "page size (default 20)"),
-            ("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "next_cursor of the previous page"),
+            ("cursor", CURSOR_SCHEMA, CURSOR_DOC + "; it continues only the query and filters it was issued for"),
         ),
     ),
 )

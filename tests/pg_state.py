@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -37,3 +39,25 @@ def assert_nothing_running(pgdata: Path) -> None:
     assert embedded.running_postmaster(pgdata) is None
     if pgdata.is_dir():
         assert pg_ctl_status(pgdata) == 3
+
+
+def reaper_processes(base: Path) -> list[int]:
+    """Pids of the reaper watching the server in ``base`` (at most one is meant to run)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        alive = process.info["status"] != psutil.STATUS_ZOMBIE
+        if alive and str(base) in cmdline and any(part.endswith("embedded_holders.py") for part in cmdline):
+            found.append(process.pid)
+    return found
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 120.0, every: float = 0.1) -> bool:
+    """Poll ``condition`` until it holds or the (generous) deadline passes; its last answer."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if condition():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every)

@@ -1,10 +1,12 @@
 """Every operation of ``openapi/openapi.json``, fuzzed by schemathesis through each adapter in-process.
 
 The FastAPI app is driven as ASGI and the Flask and Django apps as WSGI, each on its own fresh
-database with a few documents. Schemathesis generates valid and invalid requests from the checked-in
-document and applies all its default checks: no 5xx, every status and body as the document says,
-content types, headers. The example budget is small on purpose (the file should stay well under a
-minute); the injection suite (``test_attack_injection.py``) covers the hostile values by hand.
+database with a few documents. Schemathesis's whole engine runs, as ``st run --checks all`` does:
+the examples, coverage, fuzzing and stateful phases, every check (no 5xx, every status, body,
+content type and header as the document says, schema-valid requests accepted and schema-invalid
+ones refused, deleted resources gone). The example budget is small on purpose; a larger run is
+``benchmarks/contract/run.py``. What the run adjusts, and why, is in ``tests/contract_run.py``; the
+injection suite (``test_attack_injection.py``) covers the hostile values by hand.
 """
 
 from __future__ import annotations
@@ -18,28 +20,17 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
 
 from context_engine import ContextEngine
-from context_engine.limits import MAX_CURSOR_CHARS
 from routing_core import sync_bridge
 from tests.conftest import make_config
+from tests.contract_run import StoreState, bind, engine_config, run_contract, unbind
 from tests.test_conformance import configure_django, fresh_database
 
 SPEC = Path(__file__).resolve().parent.parent / "openapi" / "openapi.json"
 PREFIX = "/context"
-EXAMPLES = 6  # per operation and adapter
-#: Strings the transport can carry (UTF-8) and no NUL: the routes refuse NUL characters on purpose
-#: (PostgreSQL text cannot hold one), which the injection suite checks value by value. A valid
-#: upload whose bytes are no readable document is 422 (nothing stored), a documented answer the
-#: schema cannot foresee: it counts as accepting schema-valid data, as 404 and 409 do by default.
-ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
-CONFIG = schemathesis.Config.from_dict(
-    {
-        "generation": {"allow-x00": False, "codec": "utf-8"},
-        "checks": {"positive_data_acceptance": {"expected-statuses": ACCEPTED}},
-    }
-)
+EXAMPLES = 4  # per operation, phase and adapter
+ADAPTERS = ("fastapi", "flask", "django")
 
 
 def _allow(request: Any) -> bool:
@@ -83,7 +74,7 @@ def _app(adapter: str, engine: ContextEngine, stack: ExitStack) -> Any:
 
 
 @contextmanager
-def mounted_schema(adapter: str, pg_base_url: str) -> Iterator[tuple[Any, str]]:
+def mounted_schema(adapter: str, pg_base_url: str, max_examples: int = EXAMPLES) -> Iterator[Any]:
     """The checked-in document, bound to one adapter's app on a fresh database with two documents."""
     with ExitStack() as stack, fresh_database(pg_base_url) as url:
         engine = ContextEngine(make_config(url))
@@ -92,50 +83,23 @@ def mounted_schema(adapter: str, pg_base_url: str) -> Iterator[tuple[Any, str]]:
             sync_bridge.run(engine.ingest(text=text, name=f"seed-{number}.md", acl=["group:hr"]))
         spec = json.loads(SPEC.read_text(encoding="utf-8"))
         spec["servers"] = [{"url": PREFIX}]
-        schema = schemathesis.openapi.from_dict(spec, config=CONFIG)
+        schema = schemathesis.openapi.from_dict(spec, config=engine_config(max_examples))
         schema.app = _app(adapter, engine, stack)
         page = sync_bridge.run(engine.list_documents(principals=["group:hr"], limit=1))
+        assert page.next_cursor is not None
+        bind(schema, StoreState(cursor=page.next_cursor, revision=sync_bridge.run(engine.revision())))
         try:
-            yield schema, page.next_cursor
+            yield schema
         finally:
+            unbind(schema)
             sync_bridge.run(engine.aclose())
 
 
-@pytest.mark.parametrize("adapter", ["fastapi", "flask", "django"])
+@pytest.mark.parametrize("adapter", ADAPTERS)
 def test_every_operation_answers_inside_its_contract(adapter: str, pg_base_url: str) -> None:
-    with mounted_schema(adapter, pg_base_url) as (schema, cursor):
-        operations = [result.ok() for result in schema.get_all_operations()]
-        assert len(operations) == sum(len(item) for item in schema.raw_schema["paths"].values())
-        for operation in operations:
-
-            @given(case=operation.as_strategy())
-            @settings(
-                max_examples=EXAMPLES,
-                deadline=None,
-                suppress_health_check=list(HealthCheck),
-                database=None,
-                derandomize=True,
-            )
-            def check(case: schemathesis.Case) -> None:
-                given_cursor = (case.query or {}).get("cursor")
-                if case.operation.path == "/tools" and given_cursor is not None:
-                    # a tools cursor continues only the query and filters it was issued for
-                    case.query.pop("cursor")
-                elif isinstance(given_cursor, str) and len(given_cursor) <= MAX_CURSOR_CHARS:
-                    # a cursor is opaque: only one the server issued is valid, whatever its shape
-                    case.query["cursor"] = cursor
-                # a revision is valid only up to the store's current one, which the document cannot
-                # state; as-of reads have their own tests (tests/test_revision_routes.py)
-                if case.query:
-                    case.query.pop("as_of", None)
-                if isinstance(case.body, dict):
-                    case.body.pop("as_of", None)
-                    case.body.pop("asOf", None)
-                if isinstance(case.body, dict) and case.body.get("file") in (b"", ""):
-                    # werkzeug's test encoder (the WSGI transport) writes an empty file part without
-                    # the CRLF RFC 2046 puts before the next delimiter; Django's parser then sees no
-                    # file. A one-byte file keeps the case meaningful on every adapter.
-                    case.body["file"] = b"\n"
-                case.call_and_validate()
-
-            check()
+    with mounted_schema(adapter, pg_base_url) as schema:
+        found = run_contract(schema)
+    assert found.failures == [], "\n\n".join(found.failures)
+    assert not found.errors, found.errors
+    assert found.cases > 100, found  # every phase ran
+    assert found.statuses[200] and found.statuses[201] and found.statuses[400], found.statuses

@@ -18,7 +18,7 @@ import re
 import types
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -467,7 +467,32 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     r["wrong_method_documents"] = call("DELETE", "/documents")
     r["wrong_method_options"] = call("OPTIONS", "/stats")
     r["wrong_method_unauthenticated"] = call("PATCH", "/stats", token=None)
+
+    # query parameters hold to their declared schema; a cursor the server did not issue says so alike
+    r["tools_bad_kind"] = call("GET", "/tools", query={"kind": "AAA"})
+    r["tools_bad_cursor"] = call("GET", "/tools", query={"cursor": "bm90LWlzc3VlZA"})
+    r["list_forged_cursor"] = call("GET", "/documents", query={"cursor": "bm90LWlzc3VlZA"})
+
+    # a list refused whole answers as its first entry would alone
+    r["ingest_list_forbidden_acl"] = call(
+        "POST", "/documents", json_body=[{"text": "x", "acl": ["group:finance"]}, {"text": "y", "acl": ["group:x"]}]
+    )
     return r
+
+
+def acl_parts_form(count: int) -> tuple[bytes, str]:
+    """A multipart upload naming ``count`` principals, one ``acl`` part each."""
+    parts = [
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="acl"\r\n\r\ngroup:part-{i}\r\n'.encode()
+        for i in range(count)
+    ]
+    parts.append(f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="source_id"\r\n\r\nparts\r\n'.encode())
+    parts.append(
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="parts-{count}.md"\r\n'
+        f"Content-Type: text/plain\r\n\r\nA note filed under {count} groups.\r\n".encode()
+    )
+    parts.append(f"--{BOUNDARY}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={BOUNDARY}"
 
 
 def _add(a: int, b: int) -> int:
@@ -636,11 +661,52 @@ def test_list_shows_only_what_the_caller_may_see(t: Transcript, step: str, expec
 
 @pytest.mark.parametrize(
     ("step", "fragment"),
-    [("list_bad_limit", "limit"), ("list_limit_not_int", "limit: must be an integer"), ("list_bad_cursor", "cursor")],
+    [("list_bad_limit", "limit"), ("list_limit_not_int", "limit: must be an integer")],
 )
 def test_list_bad_parameters_are_400(t: Transcript, step: str, fragment: str) -> None:
     status, code, message = err(t[step])
     assert (status, code) == (400, "invalid_request") and fragment in message
+
+
+@pytest.mark.parametrize("step", ["list_bad_cursor", "list_forged_cursor", "tools_bad_cursor"])
+def test_a_cursor_the_server_did_not_issue_is_400_invalid_cursor(t: Transcript, step: str) -> None:
+    status, code, message = err(t[step])
+    assert (status, code) == (400, "invalid_cursor") and "cursor" in message
+
+
+def test_a_query_value_outside_its_enum_is_400(t: Transcript) -> None:
+    assert err(t["tools_bad_kind"]) == (400, "invalid_request", "kind: must be one of http, db, mcp, function")
+
+
+def test_a_list_refused_whole_answers_as_its_first_entry_alone(t: Transcript) -> None:
+    reply = t["ingest_list_forbidden_acl"]
+    assert reply.body.keys() == {"error", "items", "totals"}  # the error contract beside the items
+    assert (reply.status, reply.body["error"]["code"]) == err(t["ingest_forbidden_acl"])[:2] == (403, "forbidden")
+    assert [item["error"]["code"] for item in reply.body["items"]] == ["forbidden", "forbidden"]
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_acl_parts_past_the_forms_cap_are_400_on_every_adapter(adapter: str, pg_base_url: str) -> None:
+    """Up to the form's cap stored; past it refused; past the framework's own cap on parts refused alike."""
+    replies = {}
+    with fresh_database(pg_base_url) as url:
+        engine = ContextEngine(make_config(url))
+        auth, principals = host_callables(HostLog())
+        with CLIENTS[adapter](engine, auth, principals) as send, ExitStack() as stack:
+            if adapter == "django":  # Django's default cap on form bytes, not the small one of this suite
+                from django.test import override_settings
+
+                stack.enter_context(override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=2_621_440))
+            call = Caller(send)
+            for count in (500, 501, 1200):
+                body, ctype = acl_parts_form(count)
+                replies[count] = call("POST", "/documents", who="!trusted", body=body, content_type=ctype)
+    assert replies[500].status == 201, replies[500].body
+    assert replies[500].body["documents"][0]["status"] == "completed"
+    status, code, message = err(replies[501])
+    assert (status, code) == (400, "invalid_request") and "at most 500 parts" in message
+    status, code, message = err(replies[1200])
+    assert (status, code) == (400, "invalid_request") and "more parts than this server reads" in message
 
 
 # ---------------------------------------------------------------------------------- get
@@ -912,6 +978,9 @@ def test_every_reply_is_json_and_every_failure_the_error_contract(t: Transcript)
         assert b"Traceback" not in reply.raw and b'File "' not in reply.raw, step
         if reply.status == 422:  # the error contract beside the ingest report
             assert reply.body.keys() == {"error", "documents", "totals"}, step
+            assert reply.body["error"].keys() == {"code", "message"}, step
+        elif reply.status >= 400 and "items" in reply.body:  # ... or beside a refused list's items
+            assert reply.body.keys() == {"error", "items", "totals"}, step
             assert reply.body["error"].keys() == {"code", "message"}, step
         elif reply.status >= 400:
             err(reply)

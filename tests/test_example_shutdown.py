@@ -1,11 +1,13 @@
 """Each example server, run for real and stopped with SIGTERM or SIGINT, exits cleanly and stops its PostgreSQL.
 
-The servers use the embedded PostgreSQL in a fresh data directory; a request that reads the
-database starts it. After the signal: a clean exit, no traceback, nothing running, no holder listed.
+The servers (the examples, ``context-engine serve``, ``context-engine mcp``, Django's ``runserver``)
+use the embedded PostgreSQL in a fresh data directory; a request that reads the database starts it.
+After the signal: a clean exit, no traceback, nothing running, no holder listed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -17,10 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from mcp import Client
 
 from context_engine.storage import embedded
 from tests.conftest import server_dir
-from tests.pg_state import assert_nothing_running, postgres_processes
+from tests.pg_state import assert_nothing_running, postgres_processes, wait_for
 from tests.waiting import HANG_GUARD
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +45,8 @@ def command(framework: str, port: int) -> tuple[list[str], Path]:
         return [sys.executable, "flask_app.py"], EXAMPLES
     if framework == "django":
         return [sys.executable, "manage.py", "runserver", "--noreload", str(port)], EXAMPLES / "django_project"
+    if framework == "cli-mcp":
+        return [sys.executable, "-m", "context_engine.cli", "mcp", "--port", str(port)], ROOT
     return [sys.executable, "-m", "context_engine.cli", "serve", "--port", str(port)], ROOT
 
 
@@ -78,10 +83,31 @@ def example_env(base: Path, port: int) -> dict[str, str]:
     return env
 
 
+def wait_until_mcp_answers(server: subprocess.Popen[str], port: int) -> dict[str, object]:
+    """The knowledge tool's ``list`` over MCP, once ``context-engine mcp`` answers (it reads the database)."""
+
+    async def listed() -> dict[str, object]:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            result = await client.call_tool("search_knowledge_base", {"action": "list"})
+        assert result.structured_content is not None
+        return result.structured_content
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"the server exited early: {server.communicate()[1]}")
+        try:
+            return asyncio.run(listed())
+        except Exception:  # not listening yet: the SDK wraps the refused connection in several types
+            time.sleep(0.3)
+    pytest.fail("the MCP server did not answer in time")
+
+
 STOPS = (signal.SIGTERM, signal.SIGINT)
 CASES = [
-    *[(framework, signum) for framework in ("fastapi", "flask", "django", "cli-serve") for signum in STOPS],
+    *[(framework, signum) for framework in ("fastapi", "flask", "django", "cli-serve", "cli-mcp") for signum in STOPS],
     ("cli-serve", signal.SIGHUP),  # a closed terminal
+    ("cli-mcp", signal.SIGHUP),
 ]
 
 
@@ -93,11 +119,14 @@ def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framewor
         argv, cwd=cwd, env=example_env(base, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        prefix = "" if framework == "cli-serve" else "/context"
-        response = wait_until_serving(
-            server, f"http://127.0.0.1:{port}{prefix}/stats", {"Authorization": f"Bearer {TOKEN}"}
-        )
-        assert response.status_code == 200, response.text
+        if framework == "cli-mcp":
+            assert wait_until_mcp_answers(server, port)["documents"] == []
+        else:
+            prefix = "" if framework == "cli-serve" else "/context"
+            response = wait_until_serving(
+                server, f"http://127.0.0.1:{port}{prefix}/stats", {"Authorization": f"Bearer {TOKEN}"}
+            )
+            assert response.status_code == 200, response.text
         pgdata = base / "pgdata"
         assert len(postgres_processes(pgdata)) == 1
         assert embedded.holders(pgdata) == [server.pid]
@@ -111,6 +140,7 @@ def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framewor
     assert "Traceback" not in err, err
     # uvicorn shuts down gracefully, then re-raises the signal (serve turns SIGHUP into SIGTERM) to report it
     uvicorn = framework in ("fastapi", "cli-serve")
+    # the mcp command has uvicorn's re-raised signal unwind (uvicorn.run swallows it) to close its engine
     assert server.returncode in ((0, -signum, -signal.SIGTERM) if uvicorn else (0,)), err
     assert_nothing_running(pgdata)
     assert embedded.holders(pgdata) == []
@@ -147,3 +177,31 @@ def test_ctrl_c_on_django_runserver_with_its_autoreloader_stops_postgres(base: P
     assert watcher.returncode == 0, err
     assert_nothing_running(pgdata)
     assert embedded.holders(pgdata) == []
+
+
+def test_a_plain_kill_of_django_runserver_s_watcher_stops_postgres(base: Path) -> None:
+    """``kill`` of the autoreloader's watcher: Django then kills its server outright (SIGKILL), which
+    cannot release the embedded server; the data directory's reaper stops it."""
+    port = free_port()
+    argv = [sys.executable, "manage.py", "runserver", str(port)]
+    watcher = subprocess.Popen(
+        argv, cwd=EXAMPLES / "django_project", env=example_env(base, port),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    pgdata = base / "pgdata"
+    try:
+        response = wait_until_serving(
+            watcher, f"http://127.0.0.1:{port}/context/stats", {"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert response.status_code == 200, response.text
+        [server_pid] = embedded.holders(pgdata)
+        assert server_pid != watcher.pid
+        watcher.send_signal(signal.SIGTERM)  # to the watcher alone, as ``kill PID`` does
+        _out, err = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+            watcher.wait()
+    assert "Traceback" not in err, err
+    assert wait_for(lambda: not postgres_processes(pgdata) and not embedded.holders(pgdata))
+    assert_nothing_running(pgdata)

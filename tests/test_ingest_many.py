@@ -372,7 +372,8 @@ def test_a_list_post_answers_per_document(transcripts: dict[str, dict[str, Any]]
         assert items[3]["error"]["code"] == "invalid_request"
         assert items[4]["report"]["status"] == "completed"
         assert mixed.body["totals"]["refused"] == 3
-        assert t["none"].status == 422 and t["none"].body["error"]["code"] == "forbidden"
+        # nothing stored: the status the first entry alone would answer (an ACL not held: 403)
+        assert t["none"].status == 403 and t["none"].body["error"]["code"] == "forbidden"
         assert t["empty"].status == 400 and t["empty"].body["error"]["code"] == "invalid_request"
         assert t["too_many"].status == 400 and "1000" in t["too_many"].body["error"]["message"]
         assert t["single"].status == 201 and t["single"].body["documents"][0]["name"] == "single"

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from context_engine.config import ContextEngineConfig
@@ -59,7 +63,30 @@ def run(args: argparse.Namespace) -> int:
     )
     print("No authentication is applied; keep it on localhost.", file=sys.stderr, flush=True)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=os.environ.get("CE_LOG_LEVEL", "warning"))
+        with _stops_unwind():
+            uvicorn.run(app, host=args.host, port=args.port, log_level=os.environ.get("CE_LOG_LEVEL", "warning"))
     finally:
         asyncio.run(engine.aclose())  # releases the embedded server this process started
     return 0
+
+
+@contextlib.contextmanager
+def _stops_unwind() -> Iterator[None]:
+    """A plain ``kill`` (or a closed terminal) ends the server through the ``finally`` that closes the engine.
+
+    uvicorn shuts down on SIGTERM, then raises it again under the handler it found; Python's default
+    would end the process there, before the engine closes and the embedded server it holds is
+    released. As Ctrl-C's handler it unwinds instead. SIGHUP, which uvicorn ignores, becomes a SIGTERM.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers
+        return
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, signal.default_int_handler),
+        signal.SIGHUP: signal.signal(signal.SIGHUP, lambda signum, frame: signal.raise_signal(signal.SIGTERM)),
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

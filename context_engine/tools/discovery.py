@@ -9,8 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from context_engine.errors import InvalidRequest
-from context_engine.tools.errors import InvalidCursor
+from context_engine.errors import InvalidCursor, InvalidRequest
 from context_engine.tools.models import KINDS, ToolPage
 from context_engine.tools.registry import ToolEntry
 

@@ -74,10 +74,6 @@ class ApprovalAlreadyResolved(ContextEngineError):
     status = 409
 
 
-class InvalidCursor(InvalidRequest):
-    code = "invalid_cursor"
-
-
 def missing_extra(extra: str, package: str) -> ConfigError:
     """The refusal for a feature whose optional dependency is not installed."""
     return ConfigError(

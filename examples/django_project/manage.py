@@ -3,8 +3,8 @@
 
 Stop the server with Ctrl-C, or ``kill`` it when started with ``--noreload``: either way it closes
 the engine (and stops the embedded PostgreSQL) before it exits. A ``kill`` of the autoreloader's
-watcher process makes Django kill its server outright; the next start then stops or adopts the
-PostgreSQL it left running.
+watcher process makes Django kill its server outright, which then cannot close anything; the
+embedded PostgreSQL's reaper stops the server within a second or two of its last holder's end.
 """
 
 from __future__ import annotations
