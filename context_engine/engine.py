@@ -1137,6 +1137,7 @@ class ContextEngine:
             field_hints=field_hints,
             redactor=self._redactor(None, None, None),
             http_client_factory=self.services.http_client_factory,
+            hooks=self.services.hooks,
         )
 
     # ------------------------------------------------------------------ graph

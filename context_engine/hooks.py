@@ -40,6 +40,10 @@ class ErrorEvent:
     failure_reason: str
     #: the raw text, for the operator's own logs (hooks are host-side)
     error: str
+    #: which try of a retried step failed (1 or 2 for compute and structured calls), else None
+    attempt: int | None = None
+    #: what the stage knows beside the text, e.g. ``{"stage", "attempt", "mode"}`` of a model call
+    context: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

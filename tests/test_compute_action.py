@@ -134,6 +134,7 @@ async def test_refused_code_buys_one_rewrite_with_the_refusal(
     # one failed attempt, one usage event carrying both calls' tokens
     (error,) = errors
     assert (error.stage, error.failure_reason, error.error[:10]) == ("compute_codegen", "unsafe_code", "attempt 1:")
+    assert error.attempt == 1 and error.context == {"stage": "compute_codegen", "attempt": 1}
     assert [(u.kind, u.units, u.detail) for u in usage] == [("llm_tokens", 170, {"action": "compute", "attempts": 2})]
 
 

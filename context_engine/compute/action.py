@@ -68,7 +68,8 @@ async def compute_over_frames(
     ``success``, ``result``, ``code``, ``stdout``, ``error`` (+ ``error_code``), ``execution_time``,
     ``documents_used``, ``frames`` (the keys the code saw), ``provider_tokens`` and ``attempts``.
     ``hooks.on_error`` fires once per failed attempt (stage ``compute_codegen`` for the model or the
-    checker, ``compute_run`` for the code; the error text starts with ``attempt N:``) and
+    checker, ``compute_run`` for the code; the event's ``attempt`` is N and its text starts with
+    ``attempt N:``), the model call's own ``structured_call*`` events besides, and
     ``hooks.on_usage`` once with the tokens of every attempt.
     """
     settings = settings or config.compute
@@ -92,7 +93,9 @@ async def compute_over_frames(
 
     def failed(stage: str, error_code: str, message: str) -> tuple[str, str]:
         text = redactor.text(message) if redactor is not None else message
-        failures.append(ErrorEvent(stage, "compute", None, error_code, f"attempt {attempts}: {text}"))
+        context = {"stage": stage, "attempt": attempts}
+        event = ErrorEvent(stage, "compute", None, error_code, f"attempt {attempts}: {text}", attempts, context)
+        failures.append(event)
         return error_code, message
 
     while attempts < 2:
@@ -105,6 +108,7 @@ async def compute_over_frames(
                 schema=codegen.CODE_SCHEMA,
                 schema_name="compute_code",
                 http_client_factory=http_client_factory,
+                hooks=hooks,
             )
         except ContextEngineError as exc:
             tokens += int(exc.details.get("tokens", 0) or 0)
