@@ -28,21 +28,6 @@ EXACT_TOKENIZER_PROVIDERS = frozenset({"local", "openai", "azure_openai", "custo
 _LLM_ONLY_PROVIDERS = {"anthropic": "Anthropic has no embeddings API", "bedrock": "bedrock is served for LLMs only"}
 
 
-def _require_vertex_location(section: str, project: str | None, location: str | None, api_key: object) -> None:
-    """Vertex AI is addressed by project and region and signs in with application default credentials."""
-    missing = [name for name, value in (("project", project), ("location", location)) if not value]
-    if missing:
-        names = " and ".join(f"{section}.{name}" for name in missing)
-        raise ValueError(
-            f"provider 'vertex_ai' needs {names} (the Google Cloud project and region, e.g. 'us-central1')"
-        )
-    if api_key is not None:
-        raise ValueError(
-            f"{section}.api_key is not used by provider 'vertex_ai': it signs in with application default "
-            "credentials (GOOGLE_APPLICATION_CREDENTIALS, workload identity or gcloud); unset it"
-        )
-
-
 class EmbeddingConfig(BaseModel):
     """Which model turns text into vectors, and how requests to it are shaped."""
 
@@ -58,7 +43,8 @@ class EmbeddingConfig(BaseModel):
     #: Azure OpenAI only
     api_version: str | None = None
     deployment: str | None = None
-    #: ``vertex_ai`` only: the Google Cloud project and region (credentials come from ADC)
+    #: ``vertex_ai`` only: the Google Cloud project and region, else ``GOOGLE_CLOUD_PROJECT`` /
+    #: ``GOOGLE_CLOUD_LOCATION`` (credentials come from ADC; ``api_key`` with no project = express mode)
     project: str | None = None
     location: str | None = None
     max_retries: int = Field(default=2, ge=0, le=20)
@@ -91,9 +77,7 @@ class EmbeddingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _provider_settings(self) -> EmbeddingConfig:
-        if self.provider == "vertex_ai":
-            _require_vertex_location("embedding", self.project, self.location, self.api_key)
-        elif self.project is not None or self.location is not None:
+        if self.provider != "vertex_ai" and (self.project is not None or self.location is not None):
             raise ValueError("embedding.project and embedding.location are used by provider 'vertex_ai' only")
         if self.tokenizer == "exact" and self.provider not in EXACT_TOKENIZER_PROVIDERS:
             raise ValueError(
@@ -343,7 +327,8 @@ class LLMConfig(BaseModel):
     #: Azure OpenAI only
     api_version: str | None = None
     deployment: str | None = None
-    #: ``vertex_ai`` only: the Google Cloud project and region (credentials come from ADC)
+    #: ``vertex_ai`` only: the Google Cloud project and region, else ``GOOGLE_CLOUD_PROJECT`` /
+    #: ``GOOGLE_CLOUD_LOCATION`` (credentials come from ADC; ``api_key`` with no project = express mode)
     project: str | None = None
     location: str | None = None
     #: ``bedrock`` only: the AWS region (else ``AWS_REGION``/``AWS_DEFAULT_REGION``); credentials come
@@ -357,9 +342,7 @@ class LLMConfig(BaseModel):
 
     @model_validator(mode="after")
     def _provider_settings(self) -> LLMConfig:
-        if self.provider == "vertex_ai":
-            _require_vertex_location("llm", self.project, self.location, self.api_key)
-        elif self.project is not None or self.location is not None:
+        if self.provider != "vertex_ai" and (self.project is not None or self.location is not None):
             raise ValueError("llm.project and llm.location are used by provider 'vertex_ai' only")
         if self.provider == "bedrock" and self.api_key is not None:
             raise ValueError(
