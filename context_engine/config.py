@@ -279,6 +279,8 @@ class IngestConfig(BaseModel):
     #: text is cut and the document says ``text_truncated``. Chunks are never cut: all stay searchable.
     #: ``None``: no cap
     max_document_text_chars: int | None = Field(default=None, ge=1)
+    #: ``on_progress`` gets a ``"progress"`` event per embedded batch; ``False`` keeps to started/done
+    progress_batches: bool = True
 
 
 class ComputeConfig(BaseModel):
@@ -485,6 +487,11 @@ class ContextEngineConfig(BaseSettings):
     redaction: RedactionPolicy = Field(default_factory=RedactionPolicy)
     #: HMAC key for ``hash`` redaction rules
     redaction_secret_key: SecretStr | None = None
+    #: the knowledge tool refuses an aggregate question (search, query_meta) and any map_reduce over
+    #: spreadsheets only and points at ``compute``; ``False`` answers them from samples instead
+    redirect_aggregates_to_compute: bool = True
+    #: the knowledge tool's search answers a question that names a file from document names
+    filename_search: bool = True
 
     @classmethod
     def from_env(cls) -> ContextEngineConfig:

@@ -51,6 +51,7 @@ from context_engine.models import (
     IngestReport,
     SearchResult,
     Stats,
+    shown_failure,
 )
 from context_engine.principals import TRUSTED, holds_acl, resolve
 from context_engine.redaction import RedactionPolicy
@@ -1321,7 +1322,7 @@ def _check_uuids(values: Sequence[str] | None) -> list[str] | None:
 
 
 def _document(row: dict[str, Any], *, trusted: bool, red: Redactor) -> Document:
-    reason = row.get("failure_reason")
+    reason = shown_failure(row.get("failure_reason"))
     return Document(
         id=str(row["id"]),
         name=red.text(row["name"]),

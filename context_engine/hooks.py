@@ -71,10 +71,15 @@ class Hooks:
     on_usage: Callable[[UsageEvent], Any] | None = None
     on_error: Callable[[ErrorEvent], Any] | None = None
     on_tool_call: Callable[[ToolCallEvent], Any] | None = None
+    #: ``False`` (``ingest.progress_batches``) keeps ``on_progress`` to ``started``/``done``: a consumer
+    #: that cannot ignore an unknown state never sees the per-batch ``"progress"`` events
+    batch_progress: bool = True
 
     async def emit(self, hook: str, event: Any) -> None:
         fn = getattr(self, hook)
         if fn is None:
+            return
+        if not self.batch_progress and isinstance(event, ProgressEvent) and event.state == "progress":
             return
         try:
             result = fn(event)
