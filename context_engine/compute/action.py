@@ -83,7 +83,7 @@ async def compute_over_frames(
     require_pandas()
     visible = mask_frames(frames, redactor)
     used = [str(d) for d in documents_used]
-    tokens = 0
+    tokens = sent = wrote = 0
     attempts = 0
     code = ""
     outcome: WorkerOutcome | None = None
@@ -112,9 +112,13 @@ async def compute_over_frames(
             )
         except ContextEngineError as exc:
             tokens += int(exc.details.get("tokens", 0) or 0)
+            sent += int(exc.details.get("input_tokens", 0) or 0)
+            wrote += int(exc.details.get("output_tokens", 0) or 0)
             error = failed("compute_codegen", exc.code, f"the model did not produce code: {exc.message}")
             break
         tokens += reply.tokens
+        sent += reply.input_tokens
+        wrote += reply.output_tokens
         code = str(reply.value["code"])
         try:
             check_code(code)
@@ -143,7 +147,7 @@ async def compute_over_frames(
         "cpu_time": outcome.cpu_time if outcome is not None else None,
         "documents_used": used,
         "frames": list(visible),
-        "provider_tokens": {"llm": tokens},
+        "provider_tokens": {"llm_input": sent, "llm_output": wrote},
         "attempts": attempts,
     }
     if hooks is not None:

@@ -215,7 +215,14 @@ class GeminiLLM(LLMClient):
             part.text for part in parts if getattr(part, "text", None) and not getattr(part, "thought", None)
         )
         truncated = finish.rsplit(".", 1)[-1] == "MAX_TOKENS"
-        return LLMReply(text=text, tokens=tokens, mode=mode, truncated=truncated)
+        return LLMReply(
+            text=text,
+            tokens=tokens,
+            mode=mode,
+            truncated=truncated,
+            input_tokens=int(getattr(usage, "prompt_token_count", 0) or 0),
+            output_tokens=int(getattr(usage, "candidates_token_count", 0) or 0),
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client only when we built it; a host-supplied client stays open."""

@@ -43,6 +43,9 @@ class StructuredResult:
     attempts: int
     #: summed over every attempt (a failed attempt is billed like a good one)
     tokens: int
+    #: ``tokens`` split into sent and written, where the provider reports both (summed likewise)
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 class StructuredCallError(ContextEngineError):
@@ -55,8 +58,20 @@ class StructuredCallError(ContextEngineError):
     code = "llm_invalid_reply"
     status = 502
 
-    def __init__(self, message: str, *, mode: Mode, attempts: int, tokens: int, raw: str):
-        super().__init__(message, details={"mode": mode, "attempts": attempts, "tokens": tokens})
+    def __init__(
+        self,
+        message: str,
+        *,
+        mode: Mode,
+        attempts: int,
+        tokens: int,
+        raw: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ):
+        details = {"mode": mode, "attempts": attempts, "tokens": tokens, "input_tokens": input_tokens,
+                   "output_tokens": output_tokens}  # fmt: skip
+        super().__init__(message, details=details)
         self.mode, self.attempts, self.tokens, self.raw = mode, attempts, tokens, raw
 
     def __repr__(self) -> str:
@@ -151,7 +166,7 @@ class _Call:
     async def run(self, llm: LLMClient, system: str, user: str, schema: dict[str, Any]) -> StructuredResult:
         messages: list[dict[str, str]] = [{"role": "user", "content": user}]
         sent_system = system if self.enforce else system + prompt_instructions(schema)
-        tokens = 0
+        tokens = sent = wrote = 0
         attempt = 0
         mode: Mode = "prompt"
         name = self.name
@@ -170,12 +185,16 @@ class _Call:
                         attempts=attempt,
                         tokens=tokens,
                         raw="",
+                        input_tokens=sent,
+                        output_tokens=wrote,
                     )
                 await self.failed(failure, mode=mode, attempt=attempt)
                 if failure is exc:
                     raise
                 raise failure from None
             tokens += reply.tokens
+            sent += reply.input_tokens
+            wrote += reply.output_tokens
             mode = reply.mode if self.enforce else "prompt"
             enforced = mode in ("native", "tool")
             value, errors, repaired = _read(reply.text, schema, enforced=enforced)
@@ -188,7 +207,7 @@ class _Call:
                     attempt=attempt,
                 )
             if not errors:
-                return StructuredResult(value, mode, attempt, tokens)
+                return StructuredResult(value, mode, attempt, tokens, sent, wrote)
             error = StructuredCallError(
                 f"the model's reply did not match the {name!r} schema after {attempt} attempt(s) "
                 f"(mode {mode}): " + "; ".join(errors),
@@ -196,6 +215,8 @@ class _Call:
                 attempts=attempt,
                 tokens=tokens,
                 raw=reply.text,
+                input_tokens=sent,
+                output_tokens=wrote,
             )
             if mode != "prompt" or attempt > self.max_reasks:
                 await self.failed(error, mode=mode, attempt=attempt)
