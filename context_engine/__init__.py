@@ -28,7 +28,9 @@ from context_engine.errors import (
     NotFound,
     ProviderError,
 )
+from context_engine.extraction import extract_structured_data
 from context_engine.knowledge.tool import KNOWLEDGE_ACTIONS, call_knowledge_tool, knowledge_tool_definition
+from context_engine.llm import call_llm
 from context_engine.principals import TRUSTED
 from context_engine.providers import HttpClientFactory, HttpClientPurpose
 from context_engine.redaction import RedactionPolicy, RedactionRule, presidio_detectors
@@ -87,11 +89,13 @@ __all__ = [
     "StorageConfig",
     "ToolConfig",
     "call_knowledge_tool",
+    "call_llm",
     "compute_over_frames",
     "create_django_urlpatterns",
     "create_flask_blueprint",
     "create_mcp_app",
     "create_router",
+    "extract_structured_data",
     "format_result",
     "knowledge_tool_definition",
     "presidio_detectors",

@@ -31,21 +31,6 @@ EXACT_TOKENIZER_PROVIDERS = frozenset({"local", "openai", "azure_openai", "custo
 _LLM_ONLY_PROVIDERS = {"anthropic": "Anthropic has no embeddings API", "bedrock": "bedrock is served for LLMs only"}
 
 
-def _require_vertex_location(section: str, project: str | None, location: str | None, api_key: object) -> None:
-    """Vertex AI is addressed by project and region and signs in with application default credentials."""
-    missing = [name for name, value in (("project", project), ("location", location)) if not value]
-    if missing:
-        names = " and ".join(f"{section}.{name}" for name in missing)
-        raise ValueError(
-            f"provider 'vertex_ai' needs {names} (the Google Cloud project and region, e.g. 'us-central1')"
-        )
-    if api_key is not None:
-        raise ValueError(
-            f"{section}.api_key is not used by provider 'vertex_ai': it signs in with application default "
-            "credentials (GOOGLE_APPLICATION_CREDENTIALS, workload identity or gcloud); unset it"
-        )
-
-
 class EmbeddingConfig(BaseModel):
     """Which model turns text into vectors, and how requests to it are shaped."""
 
@@ -61,7 +46,8 @@ class EmbeddingConfig(BaseModel):
     #: Azure OpenAI only
     api_version: str | None = None
     deployment: str | None = None
-    #: ``vertex_ai`` only: the Google Cloud project and region (credentials come from ADC)
+    #: ``vertex_ai`` only: the Google Cloud project and region, else ``GOOGLE_CLOUD_PROJECT`` /
+    #: ``GOOGLE_CLOUD_LOCATION`` (credentials come from ADC; ``api_key`` with no project = express mode)
     project: str | None = None
     location: str | None = None
     max_retries: int = Field(default=2, ge=0, le=20)
@@ -101,9 +87,7 @@ class EmbeddingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _provider_settings(self) -> EmbeddingConfig:
-        if self.provider == "vertex_ai":
-            _require_vertex_location("embedding", self.project, self.location, self.api_key)
-        elif self.project is not None or self.location is not None:
+        if self.provider != "vertex_ai" and (self.project is not None or self.location is not None):
             raise ValueError("embedding.project and embedding.location are used by provider 'vertex_ai' only")
         if self.tokenizer == "exact" and self.provider not in EXACT_TOKENIZER_PROVIDERS:
             raise ValueError(
@@ -318,6 +302,8 @@ class IngestConfig(BaseModel):
     #: text is cut and the document says ``text_truncated``. Chunks are never cut: all stay searchable.
     #: ``None``: no cap
     max_document_text_chars: int | None = Field(default=None, ge=1)
+    #: ``on_progress`` gets a ``"progress"`` event per embedded batch; ``False`` keeps to started/done
+    progress_batches: bool = True
 
 
 class ComputeConfig(BaseModel):
@@ -366,7 +352,8 @@ class LLMConfig(BaseModel):
     #: Azure OpenAI only
     api_version: str | None = None
     deployment: str | None = None
-    #: ``vertex_ai`` only: the Google Cloud project and region (credentials come from ADC)
+    #: ``vertex_ai`` only: the Google Cloud project and region, else ``GOOGLE_CLOUD_PROJECT`` /
+    #: ``GOOGLE_CLOUD_LOCATION`` (credentials come from ADC; ``api_key`` with no project = express mode)
     project: str | None = None
     location: str | None = None
     #: ``bedrock`` only: the AWS region (else ``AWS_REGION``/``AWS_DEFAULT_REGION``); credentials come
@@ -386,9 +373,9 @@ class LLMConfig(BaseModel):
 
 def _check_llm_provider_settings(config: LLMConfig) -> None:
     """The checks ``llm`` and ``vision_llm`` share: which provider uses which of the settings."""
-    if config.provider == "vertex_ai":
-        _require_vertex_location("llm", config.project, config.location, config.api_key)
-    elif config.project is not None or config.location is not None:
+    # vertex_ai: project and location are optional (GOOGLE_CLOUD_PROJECT / GOOGLE_CLOUD_LOCATION, or
+    # found from the credentials); an api_key alone is express mode
+    if config.provider != "vertex_ai" and (config.project is not None or config.location is not None):
         raise ValueError("llm.project and llm.location are used by provider 'vertex_ai' only")
     if config.provider == "bedrock" and config.api_key is not None:
         raise ValueError(
@@ -541,6 +528,11 @@ class ContextEngineConfig(BaseSettings):
     redaction: RedactionPolicy = Field(default_factory=RedactionPolicy)
     #: HMAC key for ``hash`` redaction rules
     redaction_secret_key: SecretStr | None = None
+    #: the knowledge tool refuses an aggregate question (search, query_meta) and any map_reduce over
+    #: spreadsheets only and points at ``compute``; ``False`` answers them from samples instead
+    redirect_aggregates_to_compute: bool = True
+    #: the knowledge tool's search answers a question that names a file from document names
+    filename_search: bool = True
 
     def __init__(self, **values: Any) -> None:
         """Settings given here win over ``CE_*`` variables; a misspelt ``CE_`` variable raises and is named.

@@ -52,6 +52,7 @@ from context_engine.models import (
     IngestReport,
     SearchResult,
     Stats,
+    shown_failure,
 )
 from context_engine.principals import TRUSTED, Principals, holds_acl, resolve
 from context_engine.redaction import RedactionPolicy
@@ -1167,6 +1168,7 @@ class ContextEngine:
             field_hints=field_hints,
             redactor=self._redactor(None, None, None),
             http_client_factory=self.services.http_client_factory,
+            hooks=self.services.hooks,
         )
 
     # ------------------------------------------------------------------ graph
@@ -1371,7 +1373,7 @@ def _check_uuids(values: Sequence[str] | None) -> list[str] | None:
 
 
 def _document(row: dict[str, Any], *, trusted: bool, red: Redactor) -> Document:
-    reason = row.get("failure_reason")
+    reason = shown_failure(row.get("failure_reason"))
     return Document(
         id=str(row["id"]),
         name=red.text(row["name"]),

@@ -40,6 +40,10 @@ class ErrorEvent:
     failure_reason: str
     #: the raw text, for the operator's own logs (hooks are host-side)
     error: str
+    #: which try of a retried step failed (1 or 2 for compute and structured calls), else None
+    attempt: int | None = None
+    #: what the stage knows beside the text, e.g. ``{"stage", "attempt", "mode"}`` of a model call
+    context: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -67,10 +71,15 @@ class Hooks:
     on_usage: Callable[[UsageEvent], Any] | None = None
     on_error: Callable[[ErrorEvent], Any] | None = None
     on_tool_call: Callable[[ToolCallEvent], Any] | None = None
+    #: ``False`` (``ingest.progress_batches``) keeps ``on_progress`` to ``started``/``done``: a consumer
+    #: that cannot ignore an unknown state never sees the per-batch ``"progress"`` events
+    batch_progress: bool = True
 
     async def emit(self, hook: str, event: Any) -> None:
         fn = getattr(self, hook)
         if fn is None:
+            return
+        if not self.batch_progress and isinstance(event, ProgressEvent) and event.state == "progress":
             return
         try:
             result = fn(event)

@@ -32,6 +32,13 @@ FAILURE_MESSAGES: dict[str, str] = {
 }
 
 
+def shown_failure(reason: str | None) -> str | None:
+    """The failure code a reader is shown: a stored code outside the vocabulary reads ``unknown``."""
+    if not reason:
+        return None
+    return reason if reason in FAILURE_MESSAGES else "unknown"
+
+
 class Hit(BaseModel):
     """One ranked passage."""
 

@@ -77,6 +77,17 @@ class Services:
         self._retired_replicas: list[ReadReplicas] = []
 
     @property
+    def hooks(self) -> Hooks:
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, value: Hooks) -> None:
+        """The host's hooks, told whether ``ingest.progress_batches`` wants per-batch progress."""
+        if not self.config.ingest.progress_batches:
+            value.batch_progress = False
+        self._hooks = value
+
+    @property
     def embedder(self) -> Embedder:
         """The configured embedder, built on first use (a host-supplied one is used as given)."""
         if self._embedder is None:

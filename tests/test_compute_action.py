@@ -98,7 +98,7 @@ async def test_a_total_over_every_row_of_a_stored_sheet(llm_engine: ContextEngin
     server.route("POST", "/v1/chat/completions", code_reply(TOTAL, 120))
     out = await llm_engine.compute("What is the total amount?", principals=TRUSTED, settings=ON)
     assert out["success"] and out["result"] == float(sum(range(1, 501)))
-    assert (out["attempts"], out["provider_tokens"], out["error"]) == (1, {"llm": 120}, None)
+    assert (out["attempts"], out["provider_tokens"], out["error"]) == (1, {"llm_input": 110, "llm_output": 10}, None)
     assert out["documents_used"] == [report.documents[0].document_id] and out["frames"] == ["sales"]
     assert out["code"] == TOTAL and out["execution_time"] > 0
     body = server.requests[0].json()
@@ -128,12 +128,13 @@ async def test_refused_code_buys_one_rewrite_with_the_refusal(
     usage: list[UsageEvent] = []
     llm_engine.hooks.on_error, llm_engine.hooks.on_usage = errors.append, usage.append
     out = await llm_engine.compute("total", principals=TRUSTED, settings=ON)
-    assert out["success"] and out["attempts"] == 2 and out["provider_tokens"] == {"llm": 170}
+    assert out["success"] and out["attempts"] == 2 and out["provider_tokens"] == {"llm_input": 150, "llm_output": 20}
     rewrite = sent_prompt(server, 1)
     assert "import os" in rewrite and "Import is not allowed" in rewrite
     # one failed attempt, one usage event carrying both calls' tokens
     (error,) = errors
     assert (error.stage, error.failure_reason, error.error[:10]) == ("compute_codegen", "unsafe_code", "attempt 1:")
+    assert error.attempt == 1 and error.context == {"stage": "compute_codegen", "attempt": 1}
     assert [(u.kind, u.units, u.detail) for u in usage] == [("llm_tokens", 170, {"action": "compute", "attempts": 2})]
 
 
@@ -206,7 +207,7 @@ async def test_the_anthropic_wire_format_native_then_forced_tool(server: FakeHTT
     server.route("POST", "/v1/messages", handler)
     llm = {"provider": "anthropic", "base_url": server.url(), "model": "c", "api_key": "k", "max_retries": 0}
     out = await compute_over_frames(frames, "sum a", config=ContextEngineConfig(llm=llm), settings=ON)
-    assert out["success"] and out["result"] == 6 and out["provider_tokens"] == {"llm": 40}
+    assert out["success"] and out["result"] == 6 and out["provider_tokens"] == {"llm_input": 30, "llm_output": 10}
     assert server.requests[1].json()["tool_choice"] == {"type": "tool", "name": "compute_code"}
 
 

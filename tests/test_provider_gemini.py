@@ -453,14 +453,6 @@ async def test_a_refused_token_exchange_is_final_and_quotes_nothing(adc: FakeHTT
 
 
 def test_config_errors_name_the_setting() -> None:
-    with pytest.raises(pydantic.ValidationError, match=r"embedding\.project and embedding\.location"):
-        EmbeddingConfig(provider="vertex_ai")
-    with pytest.raises(pydantic.ValidationError, match=r"embedding\.location"):
-        EmbeddingConfig(provider="vertex_ai", project=PROJECT)
-    with pytest.raises(pydantic.ValidationError, match=r"llm\.project"):
-        LLMConfig(provider="vertex_ai", location=LOCATION)
-    with pytest.raises(pydantic.ValidationError, match=r"embedding\.api_key is not used by provider 'vertex_ai'"):
-        EmbeddingConfig(provider="vertex_ai", project=PROJECT, location=LOCATION, api_key="k")
     with pytest.raises(pydantic.ValidationError, match=r"Anthropic has no embeddings API; set embedding\.provider"):
         EmbeddingConfig(provider="anthropic", api_key="k")
     with pytest.raises(pydantic.ValidationError, match=r"embedding\.project and embedding\.location are used"):
@@ -629,3 +621,45 @@ async def test_vertex_llm_uses_adc_and_the_project_path(adc: FakeHTTPServer) -> 
     assert adc.requests_to(path)[0].header("authorization") == f"Bearer {ACCESS_TOKEN}"
     assert purposes == ["llm"] and not host.is_closed
     await host.aclose()
+
+
+# --- vertex_ai: project and location from the environment, express mode ---------------------------
+
+
+async def test_vertex_reads_project_and_location_from_the_environment_and_ignores_a_key_beside_them(
+    adc: FakeHTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    monkeypatch.setenv("GOOGLE_CLOUD_LOCATION", LOCATION)
+    chat = f"{VERTEX_MODELS}/gemini-2.5-pro:generateContent"
+    embed = f"{VERTEX_MODELS}/gemini-embedding-001:embedContent"
+    adc.route("POST", chat, generate_reply('{"answer": "env"}'))
+    adc.route("POST", embed, vertex_single_embed(3072))
+    key = "vertex-key-beside-a-project-31f0"
+    llm = build_llm(LLMConfig(provider="vertex_ai", model="gemini-2.5-pro", api_key=key, base_url=adc.url()))
+    embedder = build_embedder(EmbeddingConfig(provider="vertex_ai", base_url=adc.url(), dim=16))
+    try:
+        result = await guarded(structured_call(llm, system="S", user="q", schema=SCHEMA))
+        vectors = await guarded(embedder.embed(["alpha"]))
+    finally:
+        await llm.aclose()
+        await embedder.aclose()
+    assert result.value == {"answer": "env"} and vectors == [fake_vector("alpha", 16)]
+    for call in (adc.requests_to(chat)[0], adc.requests_to(embed)[0]):
+        assert call.header("authorization") == f"Bearer {ACCESS_TOKEN}"
+        assert call.header("x-goog-api-key") is None and key not in call.raw_target
+
+
+async def test_a_vertex_api_key_with_no_project_is_express_mode(server: FakeHTTPServer) -> None:
+    key = "vertex-express-key-8c21d"
+    express = "/v1beta1/publishers/google/models/gemini-2.5-pro:generateContent"
+    server.route("POST", express, generate_reply('{"answer": "express"}'))
+    llm = build_llm(LLMConfig(provider="vertex_ai", model="gemini-2.5-pro", api_key=key, base_url=server.url()))
+    try:
+        result = await guarded(structured_call(llm, system="S", user="q", schema=SCHEMA))
+    finally:
+        await llm.aclose()
+    assert result.value == {"answer": "express"}
+    (call,) = server.requests
+    assert call.path == express and call.header("x-goog-api-key") == key and call.header("authorization") is None
+    assert server.requests_to("/token") == []

@@ -6,7 +6,9 @@ what its prose assumes already exists — an ``engine`` on a fresh database, a `
 the host's ``my_auth`` — with two mechanical fills, the same for every snippet:
 
 * a keyword argument written ``name=...`` takes the namespace's ``name``;
-* the example host ``https://api.example.com`` is a fake HTTP server on 127.0.0.1.
+* the example host ``https://api.example.com`` is a fake HTTP server on 127.0.0.1: the engine's
+  resolver answers a public documentation address for it (so the egress check judges it as the
+  public host it stands for) and the host's HTTP client carries its requests to the fake.
 
 A snippet that differs from ours on purpose is listed in :data:`DIFFERS` with the error it raises
 here and the reason (the same table is in README, "Where we differ from the reference"); the test
@@ -21,16 +23,18 @@ import ast
 import asyncio
 import os
 import re
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 
 from context_engine import ContextEngine
-from context_engine.tools.errors import ToolConfigInvalid, ToolNotFound
+from context_engine.tools.egress import system_resolver
 from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer, json_reply
 from tests.filegen import make_pdf
@@ -39,6 +43,8 @@ from tests.knowledge_fakes import completion
 FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 PLACEHOLDER = re.compile(r"\b(\w+)=\.\.\.")
 EXAMPLE_HOST = "https://api.example.com"
+#: what the example host resolves to for the egress check (a public address; nothing connects to it)
+EXAMPLE_ADDRESS = "93.184.215.14"
 SECRET = "reference-snippets-secret-key-0123456789"
 
 
@@ -77,11 +83,6 @@ def snippets() -> list[Snippet]:
 
 #: a phrase of the snippet -> (the error it raises here, why we differ)
 DIFFERS: dict[str, tuple[type[BaseException], str]] = {
-    '"llmQueryParameters"': (
-        ToolConfigInvalid,
-        "an http tool names its argument schema `parameters`; `llmQueryParameters` is not read yet",
-    ),
-    '"db_sales"': (ToolNotFound, "the section's db tool is registered in prose only"),
     "presidio_detectors([": (
         ImportError,
         "Presidio is the optional `[presidio]` extra (spaCy and its model), not part of the test install",
@@ -113,12 +114,12 @@ class Namespace(dict):
 
 
 def fill(code: str) -> str:
-    return PLACEHOLDER.sub(r"\1=\1", code).replace(EXAMPLE_HOST, "{example_host}")
+    return PLACEHOLDER.sub(r"\1=\1", code)
 
 
 async def run(code: str, given: dict[str, Any]) -> Namespace:
     """Execute one snippet; an engine it makes of its own is closed afterwards, whatever happened."""
-    filled = fill(code).replace("{example_host}", given["example_host"])
+    filled = fill(code)
     namespace = Namespace(given)
     compiled = compile(filled, "<snippet>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     try:
@@ -130,6 +131,29 @@ async def run(code: str, given: dict[str, Any]) -> Namespace:
         if isinstance(own, ContextEngine) and own is not given["engine"]:
             given["made"].append(own)
     return namespace
+
+
+class ExampleHostTransport(httpx.AsyncBaseTransport):
+    """Sends a request for the example host to the fake server over real HTTP; others unchanged."""
+
+    def __init__(self, fake_root: str):
+        self.fake = httpx.URL(fake_root)
+        self.inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.host == httpx.URL(EXAMPLE_HOST).host:
+            request.url = request.url.copy_with(scheme=self.fake.scheme, host=self.fake.host, port=self.fake.port)
+            request.headers["Host"] = self.fake.netloc.decode("ascii")
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def example_resolver(host: str, port: int) -> list[str]:
+    if host == httpx.URL(EXAMPLE_HOST).host:
+        return [EXAMPLE_ADDRESS]
+    return await system_resolver(host, port)
 
 
 @pytest.fixture
@@ -179,7 +203,12 @@ async def given(database_url: str, model: FakeHTTPServer, example_api: FakeHTTPS
     async def my_principals(*_args: Any) -> list[str]:
         return ["user:a"]
 
-    engine = ContextEngine(config)
+    example_client = httpx.AsyncClient(transport=ExampleHostTransport(example_api.url("")))
+
+    def client_for(purpose: str) -> httpx.AsyncClient | None:
+        return example_client if purpose == "tool_http" else None
+
+    engine = ContextEngine(config, http_client_factory=client_for, mcp_resolver=example_resolver)
     await engine.ingest(text="Annual leave accrues at two days per month.", name="leave", source_id="hr-handbook",
                         acl=["group:hr"])
     made: list[ContextEngine] = [engine]
@@ -201,12 +230,15 @@ async def given(database_url: str, model: FakeHTTPServer, example_api: FakeHTTPS
         "my_principals": my_principals,
         "tenant_policy": RedactionPolicy(rules=[RedactionRule(name="emails", detector="email")]),
         "tenant_hash_key": "tenant-hash-key-0123456789abcdef",
-        "example_host": example_api.url("").rstrip("/"),
         "made": made,
+        "cleanups": [],
     }
     yield values
     for each in made:
         await each.aclose()
+    await example_client.aclose()
+    for cleanup in values["cleanups"]:
+        cleanup()
 
 
 async def weather_tool(given: dict[str, Any], *, requires_approval: bool) -> None:
@@ -220,17 +252,51 @@ async def weather_tool(given: dict[str, Any], *, requires_approval: bool) -> Non
             description="Fetch the current weather for a city",
             config={
                 "method": "GET",
-                "url": given["example_host"] + "/weather",
+                "url": EXAMPLE_HOST + "/weather",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-                "allow_private_network": True,
             },
             requires_approval=requires_approval,
         )
     )
 
 
+async def sales_tool(given: dict[str, Any]) -> None:
+    """The ``sales`` db tool the section speaks of: a table ``orders`` in a database of its own, read
+    through a least-privilege role made the way ``context-engine tools reader-role`` makes one."""
+    import psycopg
+
+    from context_engine import ToolConfig
+    from context_engine.tools import reader_role
+    from tests.tools_support import drop_role
+
+    admin = given["database_url"]
+    name = f"sales_{uuid.uuid4().hex[:12]}"
+    role = f"sales_reader_{uuid.uuid4().hex[:8]}"
+    head, _, options = admin.partition("?")
+    sales_url = head.rsplit("/", 1)[0] + "/" + name + (f"?{options}" if options else "")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        drop_role(sales_url, role)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    given["cleanups"].append(drop)
+    with psycopg.connect(sales_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, name text, total numeric)")
+        conn.execute("INSERT INTO orders SELECT i, 'order ' || i, i * 1.5 FROM generate_series(1, 5) AS i")
+    async with await psycopg.AsyncConnection.connect(sales_url) as conn:
+        planned = await reader_role.plan(conn, sales_url, role, reader_role.new_password(), schemas=["public"])
+        await reader_role.create(conn, planned)
+    await given["engine"].register_tool(
+        ToolConfig(name="sales", kind="db", config={"database_url": planned.url}, acl=["user:a"])
+    )
+
+
 #: a phrase of the snippet -> what the sections before it have set up
 SETUP = {
+    '"db_sales"': sales_tool,
     'engine.search_tools("weather"': lambda given: weather_tool(given, requires_approval=False),
     'approval_scope="run-42"': lambda given: weather_tool(given, requires_approval=True),
 }

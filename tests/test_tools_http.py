@@ -206,3 +206,58 @@ async def test_the_audit_keeps_the_unshaped_result_under_its_own_cap(
     kept = audit[0]["result"]
     assert len(kept) == 50 * 1024 and kept.endswith("[cut at 50 KB]")
     assert kept.count('"id"') > 5  # the audit saw more than the five rows the caller asked for
+
+
+async def test_llm_query_parameters_go_in_the_query_string_for_every_method(tools_engine: ContextEngine) -> None:
+    query_schema = {"properties": {"page": {"type": "integer"}}, "required": ["page"]}
+    with FakeHTTPServer() as server:
+        server.route("GET", "/q", echo)
+        server.route("POST", "/q", echo)
+        server.route("QUERY", "/q", echo)
+        await tools_engine.register_tool(
+            tool(
+                server,
+                "/q",
+                name="only_query",
+                parameters=None,
+                llmQueryParameters={"properties": {"city": {"type": "string"}}},
+            )
+        )
+        await tools_engine.register_tool(
+            tool(server, "/q", name="post_both", method="POST", llmQueryParameters=query_schema)
+        )
+        await tools_engine.register_tool(
+            tool(server, "/q", name="query_only", method="QUERY", parameters=None, llmQueryParameters=query_schema)
+        )
+        await tools_engine.execute_tool("http_only_query", {"city": "Lahore"}, principals=[])
+        await tools_engine.execute_tool("http_post_both", {"city": "Oslo", "page": 2}, principals=[])
+        await tools_engine.execute_tool("http_query_only", {"page": 3}, principals=[])
+        with pytest.raises(ToolArgumentsInvalid):  # the query schema's required name is enforced too
+            await tools_engine.execute_tool("http_post_both", {"city": "Oslo"}, principals=[])
+        get, post, query = server.requests
+    assert get.query == {"api_key": API_KEY, "city": "Lahore"}
+    assert post.query == {"api_key": API_KEY, "page": "2"} and post.json() == {"city": "Oslo"}
+    assert query.query == {"api_key": API_KEY, "page": "3"} and query.body in (b"", None)
+    listed = {t["name"]: t for t in await tools_engine.list_tools(principals=[])}
+    shown = listed["http_post_both"]["parameters"]
+    assert set(shown["properties"]) == {"city", "days", "page"} and sorted(shown["required"]) == ["city", "page"]
+
+
+@pytest.mark.parametrize(
+    ("query_schema", "phrase"),
+    [
+        ({"properties": {"city": {"type": "string"}}}, "in both"),
+        ({"properties": {"api_key": {"type": "string"}}}, "the config fixes"),
+        ({"type": "array"}, "must describe an object"),
+        ("city", "JSON Schema object"),
+    ],
+)
+async def test_a_bad_llm_query_parameters_schema_is_refused_at_registration(
+    tools_engine: ContextEngine, query_schema: Any, phrase: str
+) -> None:
+    from context_engine.tools.errors import ToolConfigInvalid
+
+    with FakeHTTPServer() as server:
+        with pytest.raises(ToolConfigInvalid) as caught:
+            await tools_engine.register_tool(tool(server, "/q", llmQueryParameters=query_schema))
+    assert phrase in caught.value.message

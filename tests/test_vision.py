@@ -502,10 +502,12 @@ def test_a_provider_that_is_not_an_llm_is_refused_by_name() -> None:
     assert "cohere serves embeddings only" in str(caught.value)
 
 
-def test_vertex_without_project_or_location_names_the_vision_settings() -> None:
-    with pytest.raises(pydantic.ValidationError) as caught:
-        ContextEngineConfig(vision_llm={"provider": "vertex_ai", "location": "europe-west4"})
-    assert "vision_llm.project" in str(caught.value) and " llm.project" not in str(caught.value)
+def test_vertex_vision_may_leave_its_project_to_the_environment() -> None:
+    """Like ``llm``: project and location are optional (GOOGLE_CLOUD_PROJECT / GOOGLE_CLOUD_LOCATION)."""
+    vision = ContextEngineConfig(vision_llm={"provider": "vertex_ai", "location": "europe-west4"}).vision_llm
+    assert vision is not None and (vision.project, vision.location) == (None, "europe-west4")
+    with pytest.raises(pydantic.ValidationError, match="used by provider 'vertex_ai' only"):
+        ContextEngineConfig(vision_llm={"provider": "anthropic", "project": "p"})
 
 
 def test_vision_llm_reads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,7 +68,8 @@ async def compute_over_frames(
     ``success``, ``result``, ``code``, ``stdout``, ``error`` (+ ``error_code``), ``execution_time``,
     ``documents_used``, ``frames`` (the keys the code saw), ``provider_tokens`` and ``attempts``.
     ``hooks.on_error`` fires once per failed attempt (stage ``compute_codegen`` for the model or the
-    checker, ``compute_run`` for the code; the error text starts with ``attempt N:``) and
+    checker, ``compute_run`` for the code; the event's ``attempt`` is N and its text starts with
+    ``attempt N:``), the model call's own ``structured_call*`` events besides, and
     ``hooks.on_usage`` once with the tokens of every attempt.
     """
     settings = settings or config.compute
@@ -82,7 +83,7 @@ async def compute_over_frames(
     require_pandas()
     visible = mask_frames(frames, redactor)
     used = [str(d) for d in documents_used]
-    tokens = 0
+    tokens = sent = wrote = 0
     attempts = 0
     code = ""
     outcome: WorkerOutcome | None = None
@@ -92,7 +93,9 @@ async def compute_over_frames(
 
     def failed(stage: str, error_code: str, message: str) -> tuple[str, str]:
         text = redactor.text(message) if redactor is not None else message
-        failures.append(ErrorEvent(stage, "compute", None, error_code, f"attempt {attempts}: {text}"))
+        context = {"stage": stage, "attempt": attempts}
+        event = ErrorEvent(stage, "compute", None, error_code, f"attempt {attempts}: {text}", attempts, context)
+        failures.append(event)
         return error_code, message
 
     while attempts < 2:
@@ -105,12 +108,17 @@ async def compute_over_frames(
                 schema=codegen.CODE_SCHEMA,
                 schema_name="compute_code",
                 http_client_factory=http_client_factory,
+                hooks=hooks,
             )
         except ContextEngineError as exc:
             tokens += int(exc.details.get("tokens", 0) or 0)
+            sent += int(exc.details.get("input_tokens", 0) or 0)
+            wrote += int(exc.details.get("output_tokens", 0) or 0)
             error = failed("compute_codegen", exc.code, f"the model did not produce code: {exc.message}")
             break
         tokens += reply.tokens
+        sent += reply.input_tokens
+        wrote += reply.output_tokens
         code = str(reply.value["code"])
         try:
             check_code(code)
@@ -139,7 +147,7 @@ async def compute_over_frames(
         "cpu_time": outcome.cpu_time if outcome is not None else None,
         "documents_used": used,
         "frames": list(visible),
-        "provider_tokens": {"llm": tokens},
+        "provider_tokens": {"llm_input": sent, "llm_output": wrote},
         "attempts": attempts,
     }
     if hooks is not None:

@@ -10,6 +10,8 @@ client construction and error reading that the Gemini LLM shares.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,8 @@ from context_engine.embeddings.openai_compat import (
     with_retries,
 )
 from context_engine.errors import ConfigError, ProviderError
+
+log = logging.getLogger("context_engine.embeddings.gemini")
 
 GEMINI_DEFAULT_MODEL = "gemini-embedding-001"
 #: per-input cap in tokens of the Gemini and Vertex embedding models (the provider table)
@@ -69,6 +73,20 @@ class GenaiTarget:
     timeout: float
 
 
+def vertex_target(api_key: Any, project: str | None, location: str | None, base_url: str | None,
+                  timeout: float) -> GenaiTarget:  # fmt: skip
+    """Where ``vertex_ai`` goes: the project and region as configured, else ``GOOGLE_CLOUD_PROJECT`` /
+    ``GOOGLE_CLOUD_LOCATION`` (else the SDK finds them from ADC). An ``api_key`` with no project
+    anywhere is Vertex express mode; beside a project it is ignored (the SDK refuses the pair)."""
+    project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
+    location = location or os.environ.get("GOOGLE_CLOUD_LOCATION") or None
+    key = api_key.get_secret_value() if hasattr(api_key, "get_secret_value") else api_key
+    if key and project:
+        log.info("vertex_ai: api_key is ignored because a project is set (application default credentials)")
+        key = None
+    return GenaiTarget(True, key or None, project, location, base_url, timeout)
+
+
 def build_genai_client(genai: Any, target: GenaiTarget, http_client: httpx.AsyncClient) -> Any:
     """A ``genai.Client`` with the SDK's retries off, a per-attempt timeout and ``http_client``.
 
@@ -82,6 +100,8 @@ def build_genai_client(genai: Any, target: GenaiTarget, http_client: httpx.Async
         retry_options=None,
         httpx_async_client=http_client,
     )
+    if target.vertex and target.api_key:  # express mode: a key and no project
+        return genai.Client(vertexai=True, api_key=target.api_key, http_options=options)
     if target.vertex:
         return genai.Client(vertexai=True, project=target.project, location=target.location, http_options=options)
     return genai.Client(vertexai=False, api_key=target.api_key, http_options=options)
@@ -153,11 +173,15 @@ class GeminiEmbedder(Embedder):
         self.provider = config.provider
         self._config = config
         vertex = config.provider == "vertex_ai"
-        api_key = None if vertex else require_api_key(config)
         self.model = config.model or GEMINI_DEFAULT_MODEL
         self.dim, self._output_dimensionality = resolve_dim(config, self.model, GEMINI_NATIVE_DIMS, flexible=True)
         self.max_input_tokens = config.max_input_tokens or GEMINI_MAX_INPUT_TOKENS
-        self._target = GenaiTarget(vertex, api_key, config.project, config.location, config.base_url, config.timeout)
+        if vertex:
+            self._target = vertex_target(config.api_key, config.project, config.location, config.base_url,
+                                         config.timeout)  # fmt: skip
+        else:
+            self._target = GenaiTarget(False, require_api_key(config), None, None, config.base_url, config.timeout)
+        api_key = self._target.api_key
         self._secrets = (api_key,) if api_key else ()
         self._http = HttpClientHolder(http_client_factory, config.timeout)
         self._client: Any = None

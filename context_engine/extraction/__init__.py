@@ -9,6 +9,7 @@ from context_engine.extraction.extract import (
     check_hints,
     extract_document_fields,
     extract_stored_document,
+    extract_structured_data,
     hinted_schema,
 )
 from context_engine.extraction.query import query_meta
@@ -18,6 +19,7 @@ __all__ = [
     "check_hints",
     "extract_document_fields",
     "extract_stored_document",
+    "extract_structured_data",
     "hinted_schema",
     "query_meta",
 ]

@@ -9,6 +9,10 @@ With ``field_hints`` (``{"invoice_date": "date", "total": "number"}``) the schem
 the hints and enforced by the provider, so the reply holds EXACTLY those keys, each the hinted
 scalar type or null. Without hints the model chooses the keys; that shape cannot be described in
 the portable subset, so it is sent unenforced and validated here (flat scalars only).
+
+A failed extraction fires exactly one ``structured_extraction`` event on ``hooks.on_error``
+(``document_id``, ``mode`` and ``attempts`` in its context), beside the model call's own per-attempt
+``structured_call*`` events: attempt telemetry and outcome are different questions.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.config import LLMConfig
-from context_engine.errors import InvalidRequest, NotFound
+from context_engine.errors import ContextEngineError, InvalidRequest, NotFound
 from context_engine.extraction.store import save_fields, stored_chunks
+from context_engine.hooks import ErrorEvent, Hooks
 from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.structured import LLMNotConfigured, structured_call
 from context_engine.redaction.apply import Redactor
@@ -97,6 +102,8 @@ async def extract_document_fields(
     field_hints: dict[str, str] | None = None,
     redactor: Redactor | None = None,
     http_client_factory: HttpClientFactory | None = None,
+    hooks: Hooks | None = None,
+    max_reasks: int = 1,
 ) -> dict[str, Any]:
     """Extract and store one document's fields; returns what was stored (``stored`` False if superseded).
 
@@ -106,41 +113,87 @@ async def extract_document_fields(
     """
     if llm is None:
         raise LLMNotConfigured("structured extraction needs an LLM: configure the llm section")
-    hints = check_hints(field_hints)
-    text = "\n\n".join(chunk_texts)[:MAX_CHARS]
-    if redactor is not None:
-        text = redactor.text(text) or ""
-    schema = hinted_schema(hints) if hints else OPEN_SCHEMA
-    reply = await structured_call(
-        llm,
-        system=SYSTEM,
-        user=f"Document:\n{text}",
-        schema=schema,
-        schema_name="document_fields",
-        enforce=hints is not None,
+    found = await extract_structured_data(
+        "\n\n".join(chunk_texts),
+        llm=llm,
+        field_hints=field_hints,
+        redactor=redactor,
         http_client_factory=http_client_factory,
+        hooks=hooks,
+        max_reasks=max_reasks,
+        document_id=document_id,
     )
-    named = ((str(k).strip(), v) for k, v in reply.value["fields"].items())
-    fields: dict[str, Any] = dict([(k, v) for k, v in named if 0 < len(k) <= MAX_NAME_CHARS][:MAX_FIELDS])
-    types = {name: _type_of(name, value, hints) for name, value in fields.items()}
-    document_type = reply.value.get("document_type")
     stored = await save_fields(
         sql,
         document_id,
         version,
-        document_type=document_type,
-        fields=fields,
-        field_types=types,
-        mode=reply.mode,
-        tokens=reply.tokens,
+        document_type=found["document_type"],
+        fields=found["fields"],
+        field_types=found["field_types"],
+        mode=found["mode"],
+        tokens=found["tokens"],
     )
+    return {"document_id": document_id, "version": version, "stored": stored, **found}
+
+
+async def extract_structured_data(
+    text: str,
+    *,
+    llm: LLMConfig | None,
+    field_hints: dict[str, str] | None = None,
+    max_reasks: int = 1,
+    redactor: Redactor | None = None,
+    http_client_factory: HttpClientFactory | None = None,
+    hooks: Hooks | None = None,
+    document_id: str | None = None,
+    **renamed: Any,
+) -> dict[str, Any]:
+    """A text's ``document_type`` and ``fields`` (with ``field_types``, ``mode``, ``attempts``, ``tokens``).
+
+    ``max_reasks`` is how often an unusable reply on the prompt path is asked again (0 to 3); it is
+    not the provider's ``max_retries``, and passing that name here is a ``TypeError`` so the two
+    cannot be confused. Nothing is stored.
+    """
+    if "max_retries" in renamed:
+        raise TypeError(
+            "extract_structured_data() takes max_reasks= (re-asks after an unusable reply); max_retries is "
+            "the provider's retry count and belongs on LLMConfig"
+        )
+    if renamed:
+        raise TypeError(f"extract_structured_data() got unexpected keyword arguments {sorted(renamed)}")
+    if llm is None:
+        raise LLMNotConfigured("structured extraction needs an LLM: configure the llm section")
+    hints = check_hints(field_hints)
+    text = text[:MAX_CHARS]
+    if redactor is not None:
+        text = redactor.text(text) or ""
+    schema = hinted_schema(hints) if hints else OPEN_SCHEMA
+    try:
+        reply = await structured_call(
+            llm,
+            system=SYSTEM,
+            user=f"Document:\n{text}",
+            schema=schema,
+            schema_name="document_fields",
+            enforce=hints is not None,
+            http_client_factory=http_client_factory,
+            hooks=hooks,
+            max_reasks=max_reasks,
+        )
+    except ContextEngineError as exc:
+        if hooks is not None:
+            context = {"stage": "structured_extraction", "document_id": document_id,
+                       "mode": exc.details.get("mode"), "attempts": exc.details.get("attempts")}  # fmt: skip
+            event = ErrorEvent("structured_extraction", "document_fields", document_id, exc.code, exc.message,
+                               exc.details.get("attempts"), context)  # fmt: skip
+            await hooks.emit("on_error", event)
+        raise
+    named = ((str(k).strip(), v) for k, v in reply.value["fields"].items())
+    fields: dict[str, Any] = dict([(k, v) for k, v in named if 0 < len(k) <= MAX_NAME_CHARS][:MAX_FIELDS])
     return {
-        "document_id": document_id,
-        "version": version,
-        "stored": stored,
-        "document_type": document_type,
+        "document_type": reply.value.get("document_type"),
         "fields": fields,
-        "field_types": types,
+        "field_types": {name: _type_of(name, value, hints) for name, value in fields.items()},
         "mode": reply.mode,
         "attempts": reply.attempts,
         "tokens": reply.tokens,
@@ -155,6 +208,8 @@ async def extract_stored_document(
     field_hints: dict[str, str] | None = None,
     redactor: Redactor | None = None,
     http_client_factory: HttpClientFactory | None = None,
+    hooks: Hooks | None = None,
+    max_reasks: int = 1,
 ) -> dict[str, Any]:
     """:func:`extract_document_fields` for a document already stored (reads its current chunks)."""
     if llm is None:
@@ -172,6 +227,8 @@ async def extract_stored_document(
         field_hints=field_hints,
         redactor=redactor,
         http_client_factory=http_client_factory,
+        hooks=hooks,
+        max_reasks=max_reasks,
     )
 
 

@@ -69,7 +69,8 @@ async def extract_document(
     chunks = list(chunks) if chunks is not None else stored
     llm = _llm(services)
     try:
-        extraction = await extract(llm, chunks)  # no connection is held while the model works
+        # no connection is held while the model works
+        extraction = await extract(llm, chunks, hooks=services.hooks, document_id=document_id)
         written = await store.write_document(db, document_id, extraction.facts)
         names.forget(db)
         rebuilt = await community.rebuild(db, llm, written.groups)

@@ -19,6 +19,7 @@ from typing import Any
 from context_engine.errors import ContextEngineError
 from context_engine.graph.errors import GraphExtractionFailed
 from context_engine.graph.normalize import name_key, normalise_name, normalise_type
+from context_engine.hooks import ErrorEvent, Hooks
 from context_engine.llm.base import LLMClient
 from context_engine.llm.structured import structured_call
 
@@ -140,8 +141,13 @@ def prompt(batch: Sequence[ChunkText]) -> str:
     return "\n\n".join(f"[{i}] {chunk.text}" for i, chunk in enumerate(batch))
 
 
-async def extract(llm: LLMClient, chunks: Sequence[ChunkText]) -> Extraction:
-    """Every chunk's facts; ``GraphExtractionFailed`` if any batch fails (so the caller writes nothing)."""
+async def extract(
+    llm: LLMClient, chunks: Sequence[ChunkText], *, hooks: Hooks | None = None, document_id: str | None = None
+) -> Extraction:
+    """Every chunk's facts; ``GraphExtractionFailed`` if any batch fails (so the caller writes nothing).
+
+    A failed batch is reported to ``hooks.on_error`` as ``entity_extraction`` (beside the model
+    call's own ``structured_call*`` events)."""
     groups = batches(chunks)
     gate = asyncio.Semaphore(CONCURRENT_BATCHES)
     tokens = 0
@@ -151,9 +157,16 @@ async def extract(llm: LLMClient, chunks: Sequence[ChunkText]) -> Extraction:
         async with gate:
             try:
                 result = await structured_call(
-                    llm, system=SYSTEM, user=prompt(batch), schema=SCHEMA, schema_name=SCHEMA_NAME
+                    llm, system=SYSTEM, user=prompt(batch), schema=SCHEMA, schema_name=SCHEMA_NAME, hooks=hooks
                 )
             except ContextEngineError as exc:
+                if hooks is not None:
+                    context: dict[str, Any] = {"stage": "entity_extraction", "document_id": document_id}
+                    context["chunks"] = len(batch)
+                    context.update({k: exc.details[k] for k in ("mode", "attempts") if k in exc.details})
+                    event = ErrorEvent("entity_extraction", SCHEMA_NAME, document_id, exc.code, exc.message,
+                                       context.get("attempts"), context)  # fmt: skip
+                    await hooks.emit("on_error", event)
                 raise GraphExtractionFailed(
                     f"entity extraction failed ({exc.code}); the document keeps its chunks and no graph facts "
                     "were written: ingest it again in graph mode to retry"

@@ -6,6 +6,7 @@ validates the reply locally and re-asks at most once when the schema was only as
 """
 
 from context_engine.llm.base import LLMClient, LLMReply
+from context_engine.llm.call import call_llm
 from context_engine.llm.factory import build_llm
 from context_engine.llm.schema import SchemaError, lint_unenforced, strict_portable, validate
 from context_engine.llm.structured import (
@@ -33,6 +34,7 @@ __all__ = [
     "StructuredRefusal",
     "StructuredResult",
     "build_llm",
+    "call_llm",
     "lint_unenforced",
     "reset_native_schema_support",
     "strict_portable",

@@ -173,16 +173,18 @@ class AnthropicLLM(LLMClient):
                 f"anthropic chat could not be reached ({type(exc).__name__})", code="provider_unavailable"
             ) from None
         usage = getattr(message, "usage", None)
-        tokens = int(getattr(usage, "input_tokens", 0) or 0) + int(getattr(usage, "output_tokens", 0) or 0)
+        sent, wrote = int(getattr(usage, "input_tokens", 0) or 0), int(getattr(usage, "output_tokens", 0) or 0)
+        tokens = sent + wrote
+        split: dict[str, Any] = {"input_tokens": sent, "output_tokens": wrote}
         if mode == "tool":
             for block in message.content:
                 if getattr(block, "type", None) == "tool_use":
-                    return LLMReply(json.dumps(block.input), tokens, mode)
-            return LLMReply("", tokens, mode)
+                    return LLMReply(json.dumps(block.input), tokens, mode, **split)
+            return LLMReply("", tokens, mode, **split)
         text = "".join(getattr(b, "text", "") for b in message.content if getattr(b, "type", None) == "text")
         if getattr(message, "stop_reason", None) == "refusal":
             raise ProviderError("anthropic chat: the model refused the request", code="provider_rejected")
-        return LLMReply(text, tokens, mode, truncated=getattr(message, "stop_reason", None) == "max_tokens")
+        return LLMReply(text, tokens, mode, truncated=getattr(message, "stop_reason", None) == "max_tokens", **split)
 
     async def aclose(self) -> None:
         # the SDK's own close() would close the httpx client it was given, which may be the host's

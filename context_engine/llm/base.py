@@ -38,6 +38,9 @@ class LLMReply:
     mode: Mode
     #: the model stopped at ``max_tokens``: the text is cut short (a transcription would be incomplete)
     truncated: bool = False
+    #: ``tokens`` split into what was sent and what the model wrote, where the provider reports both
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 #: image types every provider of the seam accepts (others are converted to PNG before they are sent)

@@ -244,6 +244,10 @@ class BedrockLLM(LLMClient):
         tokens = int(usage.get("totalTokens") or 0) or int(usage.get("inputTokens") or 0) + int(
             usage.get("outputTokens") or 0
         )
+        split: dict[str, Any] = {
+            "input_tokens": int(usage.get("inputTokens") or 0),
+            "output_tokens": int(usage.get("outputTokens") or 0),
+        }
         if reply.get("stopReason") in _REFUSALS:
             raise ProviderError("bedrock chat: the model refused the request", code="provider_rejected")
         try:
@@ -254,9 +258,9 @@ class BedrockLLM(LLMClient):
             ) from None
         if mode in ("tool", "prompt") and any("toolUse" in block for block in blocks):
             tool = next(block["toolUse"] for block in blocks if "toolUse" in block)
-            return LLMReply(json.dumps(tool.get("input")), tokens, mode)
+            return LLMReply(json.dumps(tool.get("input")), tokens, mode, **split)
         text = "".join(block.get("text", "") for block in blocks if isinstance(block, dict))
-        return LLMReply(text, tokens, mode, truncated=reply.get("stopReason") == "max_tokens")
+        return LLMReply(text, tokens, mode, truncated=reply.get("stopReason") == "max_tokens", **split)
 
     async def aclose(self) -> None:
         """Close boto3's connection pool (it is always ours: boto3 takes no host client)."""

@@ -27,6 +27,7 @@ from context_engine.embeddings.gemini import (
     credentials_failure,
     import_genai,
     read_genai_error,
+    vertex_target,
 )
 from context_engine.embeddings.openai_compat import error_snippet, parse_retry_after, redact
 from context_engine.errors import ConfigError, ProviderError
@@ -83,7 +84,12 @@ class GeminiLLM(LLMClient):
         if not vertex and not api_key:
             raise ConfigError("llm.api_key is required for provider 'gemini' (CE_LLM__API_KEY).")
         self.model = config.model or GEMINI_DEFAULT_MODEL
-        self._target = GenaiTarget(vertex, api_key, config.project, config.location, config.base_url, config.timeout)
+        self._target = (
+            vertex_target(config.api_key, config.project, config.location, config.base_url, config.timeout)
+            if vertex
+            else GenaiTarget(False, api_key, None, None, config.base_url, config.timeout)
+        )
+        api_key = self._target.api_key
         self._secrets = (api_key,) if api_key else ()
         self._memo_key = (self.provider, config.base_url or "", self.model)
         self._http = ClientHolder(http_client_factory, PURPOSE, config.timeout)
@@ -209,7 +215,14 @@ class GeminiLLM(LLMClient):
             part.text for part in parts if getattr(part, "text", None) and not getattr(part, "thought", None)
         )
         truncated = finish.rsplit(".", 1)[-1] == "MAX_TOKENS"
-        return LLMReply(text=text, tokens=tokens, mode=mode, truncated=truncated)
+        return LLMReply(
+            text=text,
+            tokens=tokens,
+            mode=mode,
+            truncated=truncated,
+            input_tokens=int(getattr(usage, "prompt_token_count", 0) or 0),
+            output_tokens=int(getattr(usage, "candidates_token_count", 0) or 0),
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client only when we built it; a host-supplied client stays open."""

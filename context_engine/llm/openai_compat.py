@@ -217,7 +217,14 @@ class OpenAICompatibleLLM(LLMClient):
             usage.get("completion_tokens") or 0
         )
         truncated = choice.get("finish_reason") == "length"
-        return LLMReply(text=str(message.get("content") or ""), tokens=tokens, mode=mode, truncated=truncated)
+        return LLMReply(
+            text=str(message.get("content") or ""),
+            tokens=tokens,
+            mode=mode,
+            truncated=truncated,
+            input_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()

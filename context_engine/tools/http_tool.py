@@ -1,7 +1,9 @@
 """http tools: one request per call, arguments checked against the tool's schema, egress guarded.
 
 GET and DELETE send the arguments as query parameters; POST, PUT, PATCH and QUERY send them as a
-JSON body. No argument may share a name with a query parameter or header the config fixes
+JSON body. ``llmQueryParameters`` is a second JSON Schema whose arguments always go in the query
+string, whatever the method; the model is shown one schema, the two merged. No argument may share
+a name with a query parameter or header the config fixes
 (``fixed_parameter_override``, 400): the operator's values always go as configured. Redirects are
 never followed, a plain-http connection goes to the address the egress check approved, and the
 response body is read up to a cap.
@@ -34,7 +36,7 @@ DEFAULT_TIMEOUT = 30.0
 MAX_RESPONSE_BYTES = 5 * 1024 * 1024
 PURPOSE = "tool_http"
 _KEYS = {
-    "method", "url", "headers", "query", "parameters", "timeout", "response_mode",
+    "method", "url", "headers", "query", "parameters", "llmQueryParameters", "timeout", "response_mode",
     "allow_private_network", "allowed_hosts", "max_response_bytes",
 }  # fmt: skip
 
@@ -70,7 +72,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     hosts = config.get("allowed_hosts", [])
     if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
         raise ToolConfigInvalid("http tool allowed_hosts must be a list of host names")
-    schema = checked_schema(config.get("parameters"))
+    schema = argument_schema(config)
     properties = schema.get("properties")
     fixed = fixed_names(config)
     for name in properties if isinstance(properties, dict) else ():
@@ -79,6 +81,52 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
                 f"http tool parameter {name!r} is also a {fixed[_normal(str(name))]} the config fixes; rename one"
             )
     return schema
+
+
+QUERY_SCHEMA_KEY = "llmQueryParameters"
+
+
+def argument_schema(config: dict[str, Any]) -> dict[str, Any]:
+    """The one schema of the model's arguments: ``parameters``, with ``llmQueryParameters``'s
+    properties and required names merged in (a name in both is refused: where would it go?)."""
+    schema = checked_schema(config.get("parameters"))
+    if config.get(QUERY_SCHEMA_KEY) is None:
+        return schema
+    query = _query_schema(config)
+    body_properties = schema.get("properties") or {}
+    query_properties = query.get("properties") or {}
+    if not isinstance(body_properties, dict) or not isinstance(query_properties, dict):
+        raise ToolConfigInvalid("http tool schemas must give their properties as an object")
+    shared = sorted(set(body_properties) & set(query_properties))
+    if shared:
+        raise ToolConfigInvalid(f"http tool arguments {shared} are in both parameters and {QUERY_SCHEMA_KEY}")
+    if schema.get("type", "object") != "object":
+        raise ToolConfigInvalid("http tool parameters must describe an object when llmQueryParameters is set")
+    required = [*(schema.get("required") or []), *(query.get("required") or [])]
+    merged = {**schema, "type": "object", "properties": {**body_properties, **query_properties}}
+    if required:
+        merged["required"] = required
+    return merged
+
+
+def _query_schema(config: dict[str, Any]) -> dict[str, Any]:
+    raw = config.get(QUERY_SCHEMA_KEY)
+    if not isinstance(raw, dict):
+        raise ToolConfigInvalid(f"http tool {QUERY_SCHEMA_KEY} must be a JSON Schema object")
+    query = checked_schema({"type": "object", **raw})
+    if query.get("type") != "object":
+        raise ToolConfigInvalid(f"http tool {QUERY_SCHEMA_KEY} must describe an object")
+    required = query.get("required") or []
+    if not isinstance(required, list):
+        raise ToolConfigInvalid(f"http tool {QUERY_SCHEMA_KEY} required must be a list")
+    return query
+
+
+def query_argument_names(config: dict[str, Any]) -> set[str]:
+    """The argument names that travel in the query string whatever the method."""
+    if config.get(QUERY_SCHEMA_KEY) is None:
+        return set()
+    return set(_query_schema(config).get("properties") or {})
 
 
 def fixed_names(config: dict[str, Any]) -> dict[str, str]:
@@ -116,16 +164,19 @@ async def call(
     resolver: Resolver | None = None,
 ) -> dict[str, Any]:
     """Send the request and return ``{"status_code", "data"}`` (JSON when the body is JSON)."""
-    validate_arguments(checked_schema(config.get("parameters")), arguments)
+    validate_arguments(argument_schema(config), arguments)
     check_arguments(config, arguments)
     method = str(config.get("method", "GET")).upper()
     url = httpx.URL(config["url"])
     params = dict(config.get("query") or {})
+    in_query = query_argument_names(config)
+    rest = {k: v for k, v in arguments.items() if k not in in_query}
     body: Any = None
-    if method in _BODY_METHODS:
-        body = arguments
-    else:
-        params.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in arguments.items()})
+    if method not in _BODY_METHODS:
+        params.update({k: _query_value(v) for k, v in rest.items()})
+    elif rest or not in_query:  # a body-less call whose every argument is a query parameter sends none
+        body = rest
+    params.update({k: _query_value(v) for k, v in arguments.items() if k in in_query})
     address = await checked_address(url, EgressPolicy.from_config(config), resolver)
     target, host_header = pinned(url, address)
     headers = {**dict(config.get("headers") or {}), **host_header}
@@ -154,6 +205,10 @@ async def call(
         if supplied is None:
             await client.aclose()
     return {"status_code": response.status_code, "data": _decode(raw, response.headers.get("content-type", ""))}
+
+
+def _query_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 @lru_cache(maxsize=1)

@@ -226,7 +226,7 @@ class FakeHTTPServer:
                 if payload and self.command != "HEAD":
                     self.wfile.write(payload)
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_QUERY = _handle
 
         return _Handler
 

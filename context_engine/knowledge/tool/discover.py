@@ -17,6 +17,7 @@ from context_engine.knowledge.tool.call import ToolCall
 from context_engine.knowledge.tool.off import off_reason
 from context_engine.knowledge.tool.properties import ACTION_PURPOSES, KNOWLEDGE_ACTIONS
 from context_engine.knowledge.tool.sheets import frame_keys
+from context_engine.models import shown_failure
 from context_engine.redaction.apply import Redactor
 from context_engine.tools.availability import stored_tools_off
 
@@ -74,7 +75,7 @@ async def discover(call: ToolCall) -> dict[str, Any]:
                 "document_type": red.text(row["document_type"]),
                 "mode": row["meta"].get("mode") or "hybrid",
                 "status": row["status"],
-                "failure_reason": row["failure_reason"],
+                "failure_reason": shown_failure(row["failure_reason"]),
                 "structure": structure,
             }
         )

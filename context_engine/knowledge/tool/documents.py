@@ -12,6 +12,7 @@ from typing import Any
 from context_engine.errors import NotFound
 from context_engine.knowledge.tool import paging, reads
 from context_engine.knowledge.tool.call import Narrowed, Refusal, ToolCall, document_id
+from context_engine.models import shown_failure
 
 #: characters of document text one get_doc or get_docs answer carries at most
 TEXT_BUDGET = 40_000
@@ -176,7 +177,7 @@ async def list_documents(call: ToolCall) -> dict[str, Any]:
             "document_type": red.text(r["document_type"]),
             "mode": r["meta"].get("mode") or "hybrid",
             "status": r["status"],
-            "failure_reason": r["failure_reason"],
+            "failure_reason": shown_failure(r["failure_reason"]),
             "chunks": int(r["chunk_count"]),
         }
         for r in rows

@@ -13,7 +13,7 @@ from typing import Any
 
 from context_engine.knowledge.tool import reads
 from context_engine.knowledge.tool.call import Refusal, ToolCall
-from context_engine.knowledge.tool.search import compute_suggestion
+from context_engine.knowledge.tool.search import aggregate_check, compute_suggestion
 from context_engine.principals import TRUSTED
 
 MAP_REDUCE_DEFAULT_LIMIT = 25
@@ -52,8 +52,12 @@ async def compute(call: ToolCall) -> dict[str, Any]:
 
 
 async def query_meta(call: ToolCall) -> dict[str, Any]:
-    """Each in-scope document's values for the fields the question names (no filtering by value)."""
+    """Each in-scope document's values for the fields the question names (no filtering by value).
+
+    An aggregate question over spreadsheets only is sent to compute, as search sends it: the stored
+    fields of a sheet hold no totals, so the answer would be nulls."""
     scope = call.narrowed()
+    hint = await aggregate_check(call, scope, call.args["query"])
     result = await call.engine.query_meta(
         call.args["query"],
         principals=_principals(call),
@@ -62,7 +66,10 @@ async def query_meta(call: ToolCall) -> dict[str, Any]:
         redaction=call.redaction,
         redaction_secret_key=call.secret_key,
     )
-    return {"success": True, **result}
+    answer = {"success": True, **result}
+    if hint is not None:
+        answer["hint"] = hint
+    return answer
 
 
 async def map_reduce(call: ToolCall) -> dict[str, Any]:
@@ -72,7 +79,7 @@ async def map_reduce(call: ToolCall) -> dict[str, Any]:
     db = await call.engine.database()
     targets = await reads.newest_targets(db, call.principals, scope, limit=limit)
     kinds = {t["kind"] for t in targets}
-    if kinds == {"spreadsheet"}:
+    if kinds == {"spreadsheet"} and call.engine.config.redirect_aggregates_to_compute:
         raise Refusal(
             "these documents are spreadsheets: asking each one a question reads a sample of its rows, so the "
             "answers would be partial. Ask compute, which reads every row.",

@@ -6,6 +6,8 @@
 2. A question that names a file ("what is in report_2024.xlsx") is answered from document names:
    the named document's first chunk, ``matched_by: "filename"``. When no visible document has that
    name the ordinary search runs, so this branch can only add an answer.
+
+``redirect_aggregates_to_compute=False`` and ``filename_search=False`` on the config turn each off.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ async def search(call: ToolCall) -> dict[str, Any]:
         raise Refusal("mode graph is off: this deployment has no knowledge graph. Leave mode out to search.")
     scope = call.narrowed()
     top_k = call.args.get("top_k", DEFAULT_TOP_K)
-    hint = await _aggregate_check(call, scope, query)
-    answer = await _by_file_name(call, scope, query, top_k)
+    hint = await aggregate_check(call, scope, query)
+    answer = await _by_file_name(call, scope, query, top_k) if call.engine.config.filename_search else None
     if answer is None:
         result = await call.engine.search(
             query,
@@ -73,9 +75,10 @@ async def search(call: ToolCall) -> dict[str, Any]:
     return answer
 
 
-async def _aggregate_check(call: ToolCall, scope: Narrowed, query: str) -> dict[str, Any] | None:
-    """Refuse an aggregate question over an all-spreadsheet scope; a hint for a mixed one; else None."""
-    if not is_aggregate(query):
+async def aggregate_check(call: ToolCall, scope: Narrowed, query: str) -> dict[str, Any] | None:
+    """Refuse an aggregate question over an all-spreadsheet scope; a hint for a mixed one; else None
+    (and always None with ``redirect_aggregates_to_compute=False``)."""
+    if not call.engine.config.redirect_aggregates_to_compute or not is_aggregate(query):
         return None
     db = await call.engine.database()
     kinds = await reads.kinds_in_scope(db, call.principals, scope)
