@@ -7,7 +7,8 @@ its own, all share one configuration and one embedded-server handle.
 
 A database that is down or restarting is reported as ``StorageUnavailable`` (503,
 ``storage_unavailable``) rather than a driver error, and the pool recovers by itself once it is
-back (``storage.pool_pre_ping`` replaces the connections the restart broke).
+back (``storage.pool_pre_ping`` replaces the connections the restart broke; by default only a
+connection idle for ``storage.pool_pre_ping_idle`` seconds is pinged, see :mod:`.idle_ping`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from context_engine.config import ContextEngineConfig, database_url_text
 from context_engine.errors import StorageUnavailable
 from context_engine.storage import embedded
+from context_engine.storage.idle_ping import ping_when_idle
 
 
 def to_driver_url(url: str) -> str:
@@ -68,8 +70,11 @@ class Database:
             max_overflow=storage.max_overflow,
             pool_timeout=storage.pool_timeout,
             pool_recycle=storage.pool_recycle,
-            pool_pre_ping=storage.pool_pre_ping,
+            # the ping is installed below when it may skip connections that were just in use
+            pool_pre_ping=storage.pool_pre_ping and storage.pool_pre_ping_idle <= 0,
         )
+        if storage.pool_pre_ping and storage.pool_pre_ping_idle > 0:
+            ping_when_idle(created, storage.pool_pre_ping_idle)
         event.listen(created.sync_engine, "handle_error", report_unreachable)
         with self._lock:
             # forget pools of loops that have since closed
