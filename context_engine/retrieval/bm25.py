@@ -122,22 +122,35 @@ async def rank(
         raise ValueError(f"unknown BM25 strategy {strategy!r}; use one of {STRATEGIES}")
     params["bm25_k1"] = float(k1)
     params["bm25_b"] = float(b)
-    if as_of is None:
-        weights = (await conn.execute(text(_weights_sql(terms, stats_scope, params)), params)).all()
-    else:
-        weights = await _weights_as_of(conn, terms, stats_scope, params, as_of)
+    share = VISIBLE_FIRST_SHARE if visible_first_share is None else visible_first_share
+    factor = DIRECT_FACTOR if direct_factor is None else direct_factor
+    direct_cap = factor * max(1, bound_depth * limit)
     if report is not None:
         report.update({"candidates": 0, "scored": 0, "pass": "bounded"})
+    if as_of is None:
+        # one round trip for the common case: the weights, and the direct pass when they call for it
+        params["bm25_share"] = float(share)
+        params["bm25_cap"] = float("inf") if strategy == "full" else float(direct_cap)
+        statement = _weights_then_direct_sql(terms, stats_scope, params, tsquery, chunk_predicate)
+        found = (await conn.execute(text(statement), params)).all()
+        weights = [r[1:7] for r in found if r[0] == 0]
+        if weights and found[0][7]:  # the direct pass ran: its rows are the answer
+            scored = [r[8:] for r in found if r[0] == 1]
+            if report is not None:
+                candidates = int(scored[0][2]) if scored else 0
+                passed = "full" if strategy == "full" else "direct"
+                report.update({"candidates": candidates, "scored": candidates, "pass": passed})
+            return [(int(r[0]), float(r[1])) for r in scored]
+    else:
+        weights = await _weights_as_of(conn, terms, stats_scope, params, as_of)
     if not weights:
         return []
     params["bm25_lex"] = [str(w[0]) for w in weights]
     params["bm25_idf"] = [float(w[1]) for w in weights]
     params["bm25_avgdl"] = float(weights[0][2])
-    share = VISIBLE_FIRST_SHARE if visible_first_share is None else visible_first_share
     chunks = Candidates(chunk_predicate, float(weights[0][4]) <= share * float(weights[0][5]))
     postings = sum(float(w[3]) for w in weights)
-    factor = DIRECT_FACTOR if direct_factor is None else direct_factor
-    direct = strategy != "full" and postings <= factor * max(1, bound_depth * limit)
+    direct = strategy != "full" and postings <= direct_cap
     if strategy == "full" or direct:
         rows = (await conn.execute(text(_full_sql(tsquery, chunks)), params)).all()
         if report is not None:
@@ -241,6 +254,39 @@ async def _floor(
     return float(rows[limit - 1][1])
 
 
+def _weights_then_direct_sql(
+    terms: str, stats_scope: dict[str, Any], params: dict[str, Any], tsquery: str, chunk_predicate: str
+) -> str:
+    """The weights (rows ``(0, lexeme, idf, avgdl, df, n, n_all, NULL, ...)``) and, in the same
+    statement, the direct pass (rows ``(1, NULL x 6, id, score, candidates)``, the ``limit`` best)
+    when the postings are at most ``:bm25_cap`` and the caller's candidates come from the postings
+    (not from their own rows first). Otherwise the scoring half is skipped by the server (its guard
+    is a one-time filter) and the caller goes on from the weights. The scores are those of
+    :func:`_full_sql`: the same expression over the same idf and average length.
+    """
+    weights = _weights_sql(terms, stats_scope, params).removeprefix("WITH ")
+    cut = weights.rindex(" ORDER BY qt.lexeme")
+    ctes, body = weights[:cut].split(" SELECT qt.lexeme", 1)
+    scored = _SCORE.format(
+        source="ce_chunks c CROSS JOIN q CROSS JOIN k",
+        where=f"WHERE c.tsv @@ q.q AND {chunk_predicate} AND (SELECT go FROM dec)",
+        lex="k.lex",
+        idf="w",
+        avgdl="k.avgdl",
+    )
+    return (
+        f"WITH {ctes}, w AS MATERIALIZED (SELECT qt.lexeme{body}), "
+        "k AS MATERIALIZED (SELECT array_agg(w.lexeme) AS lex, max(w.avgdl) AS avgdl FROM w), "
+        "dec AS MATERIALIZED (SELECT coalesce(sum(w.df), 0) <= :bm25_cap AND NOT coalesce(bool_or(w.n <= "
+        ":bm25_share * w.n_all), FALSE) AND count(*) > 0 AS go FROM w), "
+        f"q AS MATERIALIZED (SELECT {tsquery} AS q), s AS ({scored}) "
+        "(SELECT 0, w.lexeme, w.idf, w.avgdl, w.df, w.n, w.n_all, (SELECT go FROM dec), NULL::bigint, "
+        "NULL::float8, NULL::bigint FROM w ORDER BY w.lexeme) "
+        "UNION ALL (SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.id, s.r, count(*) OVER () FROM s "
+        "ORDER BY s.r DESC, s.id LIMIT :limit)"
+    )
+
+
 def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]) -> str:
     """``(lexeme, idf, avgdl, df, n, n_all)`` per distinct query lexeme, over the statistics the
     caller may see (``n``: chunks they may see in the searched sources; ``n_all``: all current chunks).
@@ -268,7 +314,7 @@ def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]
         "greatest(coalesce(sum(vis.tokens), 0)::float8 / greatest(coalesce(sum(vis.chunks), 0), 1), 1) AS avgdl "
         "FROM vis) "
         "SELECT qt.lexeme, ln(1 + (tot.n - d.df + 0.5) / (d.df + 0.5)) AS idf, tot.avgdl, d.df, tot.n, "
-        f"{everyone} FROM qt CROSS JOIN tot CROSS JOIN LATERAL ({counted}) d ORDER BY qt.lexeme"
+        f"{everyone} AS n_all FROM qt CROSS JOIN tot CROSS JOIN LATERAL ({counted}) d ORDER BY qt.lexeme"
     )
 
 
@@ -309,13 +355,19 @@ async def _weights_as_of(
 # that already carried weight A is dropped again by the join with the query terms).
 _SCORE = (
     "SELECT c.id, sum(w.idf * u.tf * (:bm25_k1 + 1) / (u.tf + :bm25_k1 * "
-    "(1 - :bm25_b + :bm25_b * c.tsv_tokens / :bm25_avgdl))) AS r "
+    "(1 - :bm25_b + :bm25_b * c.tsv_tokens / {avgdl}))) AS r "
     "FROM {source} "
     "CROSS JOIN LATERAL (SELECT x.lexeme, coalesce(array_length(x.positions, 1), 1) AS tf "
-    "FROM unnest(ts_filter(setweight(c.tsv, 'A', CAST(:bm25_lex AS text[])), '{{a}}')) x) u "
-    "JOIN unnest(CAST(:bm25_lex AS text[]), CAST(:bm25_idf AS float8[])) AS w(lexeme, idf) ON w.lexeme = u.lexeme "
+    "FROM unnest(ts_filter(setweight(c.tsv, 'A', {lex}), '{{a}}')) x) u "
+    "JOIN {idf} ON w.lexeme = u.lexeme "
     "{where} GROUP BY c.id"
 )
+#: the query's lexemes, their idf and the average length as bound parameters (a pass after the weights)
+_BOUND = {
+    "lex": "CAST(:bm25_lex AS text[])",
+    "idf": "unnest(CAST(:bm25_lex AS text[]), CAST(:bm25_idf AS float8[])) AS w(lexeme, idf)",
+    "avgdl": ":bm25_avgdl",
+}
 
 
 def _bounded_sql(tsquery: str, chunks: Candidates, bound: str) -> str:
@@ -325,7 +377,7 @@ def _bounded_sql(tsquery: str, chunks: Candidates, bound: str) -> str:
     The tsquery is MATERIALIZED so it is built once, not re-parsed (``unaccent`` is only stable)
     for every candidate row.
     """
-    scored = _SCORE.format(source="top JOIN ce_chunks c ON c.id = top.id", where="")
+    scored = _SCORE.format(source="top JOIN ce_chunks c ON c.id = top.id", where="", **_BOUND)
     return (
         f"WITH q AS MATERIALIZED (SELECT {tsquery} AS q), "
         f"b AS MATERIALIZED (SELECT c.id, {bound} AS ub FROM {chunks.source()} CROSS JOIN q "
@@ -343,6 +395,7 @@ def _full_sql(tsquery: str, chunks: Candidates) -> str:
     scored = _SCORE.format(
         source=f"{chunks.source()} CROSS JOIN q",
         where=f"WHERE c.tsv @@ q.q AND {chunks.where()}",
+        **_BOUND,
     )
     return (
         f"WITH q AS MATERIALIZED (SELECT {tsquery} AS q), s AS ({scored}) "
