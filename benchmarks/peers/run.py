@@ -61,6 +61,11 @@ from context_engine.evaluation import (  # noqa: E402
 from context_engine.ingest.pipeline import chunk_stream, prepare  # noqa: E402
 from context_engine.storage import embedded  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import concurrency  # noqa: E402
+import handwritten  # noqa: E402
+import overhead  # noqa: E402
+
 DEPTH = 100
 RRF_K = 60
 
@@ -93,6 +98,7 @@ class Timed:
         self.latencies: list[float] = []
         self.build_seconds: float | None = None
         self.disk_bytes: int | None = None
+        self.closers: list[Callable[[], Awaitable[None]]] = []
 
     async def run(self, qid: str, query: str, embed: Embed) -> None:
         started = time.perf_counter()
@@ -272,6 +278,90 @@ def numpy_system(ids: list[str], vectors: np.ndarray) -> Timed:
     return Timed("exact dense (numpy)", search, needs_vector=True)
 
 
+async def handwritten_system(engine: ContextEngine, dataset: BeirDataset, ids: list[str], vectors: np.ndarray) -> Timed:
+    """The hand-written pgvector hybrid query (see ``handwritten.py``) on our engine's own server."""
+    url = await engine.services.database.url()
+    texts = [f"{t} {x}".strip() for t, x in dataset.corpus.values()]
+    started = time.perf_counter()
+    await asyncio.to_thread(handwritten.build, url, ids, texts, vectors)
+    build = time.perf_counter() - started
+    searcher = await handwritten.Searcher(url).open()
+    system = Timed(
+        "hand-written pgvector hybrid (GIN ts_rank_cd + HNSW, RRF in SQL)", searcher.search, needs_vector=True
+    )
+    system.build_seconds = build
+    system.closers = [searcher.close]
+    return system
+
+
+async def concurrent_table(
+    engine: ContextEngine, hybrid: Timed, embed: Embed, queries: list[str], args: argparse.Namespace
+) -> list[str]:
+    """``args.workers`` concurrent searchers: ours, LanceDB hybrid and the hand-written query, in
+    alternating windows (see ``concurrency.py``), with CPU per search including the server's."""
+    url = await engine.services.database.url()
+    pool: asyncio.Queue[handwritten.Searcher] = asyncio.Queue()
+    for _ in range(args.workers):
+        pool.put_nowait(await handwritten.Searcher(url).open())
+
+    async def ours(query: str) -> object:
+        return await engine.search(query, top_k=DEPTH, group_by="document", principals=TRUSTED)
+
+    async def lance(query: str) -> object:
+        vector = await embed(query)
+        return await asyncio.to_thread(hybrid.search, query, vector)
+
+    async def hand(query: str) -> object:
+        searcher = await pool.get()
+        try:
+            return await searcher.search(query, await embed(query))
+        finally:
+            pool.put_nowait(searcher)
+
+    postmaster = (
+        embedded.running_postmaster(engine.services.database._pgdata) if engine.services.database._pgdata else None
+    )
+    systems = {"context-engine search": ours, "LanceDB hybrid": lance, "hand-written pgvector hybrid": hand}
+    try:
+        tallies = await concurrency.alternate(
+            systems,
+            queries,
+            workers=args.workers,
+            seconds=args.window_seconds,
+            rounds=args.rounds,
+            postmaster=postmaster,
+        )
+    finally:
+        while not pool.empty():
+            await pool.get_nowait().close()
+    return concurrency.table(tallies, "LanceDB hybrid", args.workers)
+
+
+async def stage_tables(
+    engine: ContextEngine, chunks: CachingEmbedder, embed: Embed, queries: list[str], pgdata: Path
+) -> tuple[ContextEngine, list[str]]:
+    """The stage-by-stage breakdown (see ``overhead.py``); returns the reopened engine."""
+    config = engine.services.config
+    engine = await overhead.with_statement_stats(engine, pgdata, lambda: ContextEngine(config, embedder=chunks))
+
+    async def ours(query: str) -> Any:
+        return await engine.search(query, top_k=DEPTH, group_by="document", principals=TRUSTED)
+
+    lines = await overhead.breakdown(
+        engine, "context-engine search(top_k=100, group_by=document)", ours, queries, timers=True
+    )
+    searcher = await handwritten.Searcher(await engine.services.database.url()).open()
+    try:
+
+        async def hand(query: str) -> Any:
+            return await searcher.search(query, await embed(query))
+
+        lines += ["", *await overhead.breakdown(engine, "hand-written pgvector hybrid", hand, queries, timers=False)]
+    finally:
+        await searcher.close()
+    return engine, lines
+
+
 # ------------------------------------------------------------------------------------------- scoring
 
 
@@ -338,6 +428,7 @@ async def main(args: argparse.Namespace) -> None:
         peers.append(chroma_system(ids, vectors, workdir))
         peers.append(bm25s_system(dataset, ids))
         peers.append(numpy_system(ids, vectors))
+        peers.append(await handwritten_system(engine, dataset, ids, vectors))
         systems = [mine, *peers]
         for _ in range(args.warmup):  # warm every system on the first query
             for system in systems:
@@ -351,6 +442,22 @@ async def main(args: argparse.Namespace) -> None:
             for system in order:
                 await system.run(qid, dataset.queries[qid], embed)
         log(f"queries done; load {load_average()}")
+        texts_of = [dataset.queries[q] for q in qids]
+        concurrent: list[str] = []
+        if args.window_seconds > 0:
+            log(f"concurrent windows start; load {load_average()}")
+            args.pgdata = workdir / "pg" / "pgdata"
+            concurrent = await concurrent_table(engine, peers[0], embed, texts_of, args)
+            concurrent.append(f"\nload after the windows {load_average()}")
+        for system in systems:
+            for close in system.closers:
+                await close()
+        stages: list[str] = []
+        if args.stage_queries > 0:
+            log(f"stage breakdown start; load {load_average()}")
+            pgdata = workdir / "pg" / "pgdata"
+            engine, stages = await stage_tables(engine, _chunks, embed, texts_of[: args.stage_queries], pgdata)
+            stages.append(f"\nload after the breakdown {load_average()}")
     finally:
         if engine is not None:
             await engine.aclose()
@@ -376,6 +483,10 @@ async def main(args: argparse.Namespace) -> None:
     for name, size in breakdown:
         print(f"- {name}: {size / 2**20:.1f} MiB")
     print(f"- data directory on disk: {mine.disk_bytes / 2**20:.1f} MiB" if mine.disk_bytes else "")
+    if concurrent:
+        print("\n" + "\n".join(concurrent))
+    if stages:
+        print("\n" + "\n".join(stages))
 
 
 def _row(
@@ -413,4 +524,8 @@ if __name__ == "__main__":
     parser.add_argument("--documents", type=int, default=0, help="smoke run: only the first N documents")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up calls per system before timing")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent ingest calls")
+    parser.add_argument("--workers", type=int, default=8, help="concurrent searchers in the QPS windows")
+    parser.add_argument("--window-seconds", type=float, default=15.0, help="each QPS window; 0 skips them")
+    parser.add_argument("--rounds", type=int, default=2, help="QPS windows per system, alternating")
+    parser.add_argument("--stage-queries", type=int, default=100, help="searches in the stage breakdown; 0 skips it")
     asyncio.run(main(parser.parse_args()))
