@@ -70,7 +70,7 @@ async def test_grouping_in_the_server_equals_grouping_in_python(
 ) -> None:
     engine, ids = grouped_engine
     rng = random.Random(seed)
-    ranked = rng.sample(ids, max(1, int(share * len(ids)))) + [10**12]  # an id that does not exist
+    ranked = [*rng.sample(ids, max(1, int(share * len(ids)))), 10**12]  # 10**12: an id that does not exist
     scope = ReadScope(None if principals is None else tuple(sorted(principals)))
     db = await engine.database()
     rows, found = await repo.group_hits(db, ranked, scope, documents=documents, per_document=per_document)
