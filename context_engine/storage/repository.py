@@ -935,11 +935,11 @@ async def group_hits(
         "FROM p JOIN ce_chunks c ON c.id = p.id WHERE p.k <= :per_doc ORDER BY p.first, p.ord"
     )
     async with db.connect() as conn:
-        found = [dict(r) for r in (await conn.execute(text(sql), params)).mappings()]
+        result = await conn.execute(text(sql), params)
+        keys, found = list(result.keys())[:-1], result.all()
     if not found:
         return {}, 0
-    total = int(found[0]["documents"])
-    return {int(r["id"]): {k: v for k, v in r.items() if k != "documents"} for r in found}, total
+    return {int(r[0]): dict(zip(keys, r, strict=False)) for r in found}, int(found[0][-1])
 
 
 async def stats(db: AsyncEngine, scope: ReadScope) -> dict[str, Any]:
