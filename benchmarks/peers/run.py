@@ -62,6 +62,7 @@ from context_engine.ingest.pipeline import chunk_stream, prepare  # noqa: E402
 from context_engine.storage import embedded  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bm25_bounds  # noqa: E402
 import concurrency  # noqa: E402
 import handwritten  # noqa: E402
 import overhead  # noqa: E402
@@ -452,6 +453,7 @@ async def main(args: argparse.Namespace) -> None:
         for system in systems:
             for close in system.closers:
                 await close()
+        bounds = await bm25_bounds.compare(engine, texts_of)
         stages: list[str] = []
         if args.stage_queries > 0:
             log(f"stage breakdown start; load {load_average()}")
@@ -483,6 +485,7 @@ async def main(args: argparse.Namespace) -> None:
     for name, size in breakdown:
         print(f"- {name}: {size / 2**20:.1f} MiB")
     print(f"- data directory on disk: {mine.disk_bytes / 2**20:.1f} MiB" if mine.disk_bytes else "")
+    print("\n" + "\n".join(bounds))
     if concurrent:
         print("\n" + "\n".join(concurrent))
     if stages:
