@@ -115,9 +115,12 @@ class Timed:
 
 
 async def build_engine(
-    dataset: BeirDataset, workdir: Path, cache: Path, model: LocalEmbedder, concurrency: int
+    dataset: BeirDataset, workdir: Path, cache: Path, model: LocalEmbedder, concurrency: int, pool_size: int = 0
 ) -> tuple[ContextEngine, CachingEmbedder, float]:
-    config = ContextEngineConfig(storage={"data_dir": workdir / "pg"})
+    storage: dict[str, Any] = {"data_dir": workdir / "pg"}
+    if pool_size:  # otherwise the default pool
+        storage["pool_size"] = pool_size
+    config = ContextEngineConfig(storage=storage)
     budget = min(config.ingest.chunk_tokens, model.max_input_tokens)
     chunks = CachingEmbedder(model, cache_file(cache / "embeddings", model, dataset.corpus_sha256, f"plain-{budget}"))
     texts: list[str] = []
@@ -413,7 +416,9 @@ async def main(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="ce-peers-"))
     engine: ContextEngine | None = None
     try:
-        engine, _chunks, ingest_seconds = await build_engine(dataset, workdir, args.cache, model, args.concurrency)
+        engine, _chunks, ingest_seconds = await build_engine(
+            dataset, workdir, args.cache, model, args.concurrency, args.pool_size
+        )
         log(f"context-engine ingest: {ingest_seconds:.1f} s")
 
         async def ours(query: str, q: Any) -> list[str]:
@@ -527,6 +532,7 @@ if __name__ == "__main__":
     parser.add_argument("--documents", type=int, default=0, help="smoke run: only the first N documents")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up calls per system before timing")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent ingest calls")
+    parser.add_argument("--pool-size", type=int, default=0, help="storage.pool_size (0: the default)")
     parser.add_argument("--workers", type=int, default=8, help="concurrent searchers in the QPS windows")
     parser.add_argument("--window-seconds", type=float, default=15.0, help="each QPS window; 0 skips them")
     parser.add_argument("--rounds", type=int, default=2, help="QPS windows per system, alternating")
