@@ -109,6 +109,12 @@ class StorageConfig(BaseModel):
     pool_timeout: float = Field(default=30.0, gt=0)
     pool_recycle: int = Field(default=1800, ge=-1)
     pool_pre_ping: bool = True
+    #: with ``pool_pre_ping``, only a connection that sat in the pool at least this many seconds is
+    #: pinged before it is handed out: one back from a request a moment ago was alive then, and the
+    #: ping was a round trip on every checkout (three to five a search). A server restarted within
+    #: this window costs one request a retryable 503, and that failure renews the whole pool.
+    #: 0 pings every checkout.
+    pool_pre_ping_idle: float = Field(default=1.0, ge=0)
     #: migrate a configured ``database_url`` on first use (the embedded server always is)
     auto_migrate: bool = False
     #: vector leg: up to this many eligible rows scan them exactly (or probe a spread slice, below),

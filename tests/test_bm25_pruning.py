@@ -73,6 +73,7 @@ async def ranked(
     match: str = "any",
     visible_first_share: float = 0.0,
     direct_factor: float = 0.0,
+    kept_bounds: bool = True,
 ) -> tuple[list[tuple[int, float]], dict[str, Any]]:
     params: dict[str, Any] = {"lx_cfg": "english", "limit": limit}
     tsquery = lexical.tsquery_sql(query, match=match, params=params)
@@ -96,6 +97,7 @@ async def ranked(
             prune_from=0,  # prune however small the corpus
             visible_first_share=visible_first_share,
             direct_factor=direct_factor,  # 0: bound and prune even the few candidates of a small corpus
+            kept_bounds=kept_bounds,
         )
     return rows, report
 
@@ -152,6 +154,11 @@ async def test_pruned_answer_equals_scoring_every_candidate(
         db, query, caller, limit, "pruned", bound_depth=depth, match=match, visible_first_share=share
     )
     assert_same(found, expected)
+    # the loose bound alone (before migration 0019) gives the same answer
+    loose, _ = await ranked(
+        db, query, caller, limit, "pruned", bound_depth=depth, match=match, visible_first_share=share, kept_bounds=False
+    )
+    assert_same(loose, expected)
     assert full["pass"] == "full" and full["scored"] == full["candidates"] >= len(expected)
     assert report["pass"] in {"pruned", "bounded", "full", "direct"}  # direct: only a query with no postings
     assert report["scored"] <= report["candidates"]
@@ -188,6 +195,20 @@ async def test_gate_reads_fewer_candidates_and_keeps_the_answer(corpus_engine: C
     assert_same(found, expected)
     assert report["pass"] == "pruned" and report["scored"] == report["candidates"]
     assert report["candidates"] < full["candidates"]  # the gate kept chunks out
+
+
+async def test_kept_bounds_gate_fewer_chunks_than_the_loose_bound(corpus_engine: ContextEngine) -> None:
+    """The bounds the write path keeps are tighter than ``idf * (k1 + 1)``: the same floor lets fewer
+    chunks through the gate, and the answer holds."""
+    db = await corpus_engine.database()
+    query = "cell protein gene telomere prion"
+    expected, _ = await ranked(db, query, None, 3, "full")
+    tight, tight_report = await ranked(db, query, None, 3, "pruned")
+    loose, loose_report = await ranked(db, query, None, 3, "pruned", kept_bounds=False)
+    assert_same(tight, expected)
+    assert_same(loose, expected)
+    assert tight_report["pass"] == loose_report["pass"] == "pruned"
+    assert tight_report["candidates"] < loose_report["candidates"]
 
 
 async def test_no_floor_falls_back_to_the_bounded_pass_then_to_the_full_one(corpus_engine: ContextEngine) -> None:

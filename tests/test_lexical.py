@@ -162,18 +162,19 @@ async def test_migration_backfills_statistics_for_existing_chunks(database_url: 
         await engine.ingest(text="Cats chase mice.", name="a")
         await engine.ingest(text="Dogs chase cats.", name="b", acl=["group:x"])
         sql = await engine.database()
-        async with sql.begin() as conn:  # as if the database predated revisions 0002 and 0015
+        revisions = ("0002_bm25", "0015_bm25_group_ids", "0019_bm25_term_bounds")
+        async with sql.begin() as conn:  # as if the database predated revisions 0002, 0015 and 0019
             await conn.execute(text("DROP TABLE ce_bm25_terms, ce_bm25_groups"))
+            await conn.execute(text("DELETE FROM ce_schema_migrations WHERE id = ANY(:ids)"), {"ids": list(revisions)})
+        report = await migrate(sql, dim=engine.embedder.dim)
+        assert report.applied == list(revisions)
+        await _assert_stats_current(engine)
+        async with sql.begin() as conn:  # 0015 and 0019 run again (their statements are idempotent): the same counts
             await conn.execute(
-                text("DELETE FROM ce_schema_migrations WHERE id IN ('0002_bm25', '0015_bm25_group_ids')")
+                text("DELETE FROM ce_schema_migrations WHERE id = ANY(:ids)"), {"ids": list(revisions[1:])}
             )
         report = await migrate(sql, dim=engine.embedder.dim)
-        assert report.applied == ["0002_bm25", "0015_bm25_group_ids"]
-        await _assert_stats_current(engine)
-        async with sql.begin() as conn:  # 0015 run again (its statements are idempotent): the same counts
-            await conn.execute(text("DELETE FROM ce_schema_migrations WHERE id = '0015_bm25_group_ids'"))
-        report = await migrate(sql, dim=engine.embedder.dim)
-        assert report.applied == ["0015_bm25_group_ids"]
+        assert report.applied == list(revisions[1:])
         await _assert_stats_current(engine)
         await engine.ingest(text="Birds chase cats.", name="c", acl=["group:x"])
         await _assert_stats_current(engine)

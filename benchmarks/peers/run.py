@@ -63,6 +63,12 @@ from context_engine.evaluation import (  # noqa: E402
 from context_engine.ingest.pipeline import chunk_stream, prepare  # noqa: E402
 from context_engine.storage import embedded  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bm25_bounds  # noqa: E402
+import concurrency  # noqa: E402
+import handwritten  # noqa: E402
+import overhead  # noqa: E402
+
 DEPTH = 100
 RRF_K = 60
 
@@ -95,6 +101,7 @@ class Timed:
         self.latencies: list[float] = []
         self.build_seconds: float | None = None
         self.disk_bytes: int | None = None
+        self.closers: list[Callable[[], Awaitable[None]]] = []
 
     async def run(self, qid: str, query: str, embed: Embed) -> None:
         started = time.perf_counter()
@@ -110,9 +117,12 @@ class Timed:
 
 
 async def build_engine(
-    dataset: BeirDataset, workdir: Path, cache: Path, model: LocalEmbedder, concurrency: int
+    dataset: BeirDataset, workdir: Path, cache: Path, model: LocalEmbedder, concurrency: int, pool_size: int = 0
 ) -> tuple[ContextEngine, CachingEmbedder, float]:
-    config = ContextEngineConfig(storage={"data_dir": workdir / "pg"})
+    storage: dict[str, Any] = {"data_dir": workdir / "pg"}
+    if pool_size:  # otherwise the default pool
+        storage["pool_size"] = pool_size
+    config = ContextEngineConfig(storage=storage)
     budget = min(config.ingest.chunk_tokens, model.max_input_tokens)
     chunks = CachingEmbedder(model, cache_file(cache / "embeddings", model, dataset.corpus_sha256, f"plain-{budget}"))
     texts: list[str] = []
@@ -290,6 +300,90 @@ async def langchain_pg_systems(
     return systems, peer.close
 
 
+async def handwritten_system(engine: ContextEngine, dataset: BeirDataset, ids: list[str], vectors: np.ndarray) -> Timed:
+    """The hand-written pgvector hybrid query (see ``handwritten.py``) on our engine's own server."""
+    url = await engine.services.database.url()
+    texts = [f"{t} {x}".strip() for t, x in dataset.corpus.values()]
+    started = time.perf_counter()
+    await asyncio.to_thread(handwritten.build, url, ids, texts, vectors)
+    build = time.perf_counter() - started
+    searcher = await handwritten.Searcher(url).open()
+    system = Timed(
+        "hand-written pgvector hybrid (GIN ts_rank_cd + HNSW, RRF in SQL)", searcher.search, needs_vector=True
+    )
+    system.build_seconds = build
+    system.closers = [searcher.close]
+    return system
+
+
+async def concurrent_table(
+    engine: ContextEngine, hybrid: Timed, embed: Embed, queries: list[str], args: argparse.Namespace
+) -> list[str]:
+    """``args.workers`` concurrent searchers: ours, LanceDB hybrid and the hand-written query, in
+    alternating windows (see ``concurrency.py``), with CPU per search including the server's."""
+    url = await engine.services.database.url()
+    pool: asyncio.Queue[handwritten.Searcher] = asyncio.Queue()
+    for _ in range(args.workers):
+        pool.put_nowait(await handwritten.Searcher(url).open())
+
+    async def ours(query: str) -> object:
+        return await engine.search(query, top_k=DEPTH, group_by="document", principals=TRUSTED)
+
+    async def lance(query: str) -> object:
+        vector = await embed(query)
+        return await asyncio.to_thread(hybrid.search, query, vector)
+
+    async def hand(query: str) -> object:
+        searcher = await pool.get()
+        try:
+            return await searcher.search(query, await embed(query))
+        finally:
+            pool.put_nowait(searcher)
+
+    postmaster = (
+        embedded.running_postmaster(engine.services.database._pgdata) if engine.services.database._pgdata else None
+    )
+    systems = {"context-engine search": ours, "LanceDB hybrid": lance, "hand-written pgvector hybrid": hand}
+    try:
+        tallies = await concurrency.alternate(
+            systems,
+            queries,
+            workers=args.workers,
+            seconds=args.window_seconds,
+            rounds=args.rounds,
+            postmaster=postmaster,
+        )
+    finally:
+        while not pool.empty():
+            await pool.get_nowait().close()
+    return concurrency.table(tallies, "LanceDB hybrid", args.workers)
+
+
+async def stage_tables(
+    engine: ContextEngine, chunks: CachingEmbedder, embed: Embed, queries: list[str], pgdata: Path
+) -> tuple[ContextEngine, list[str]]:
+    """The stage-by-stage breakdown (see ``overhead.py``); returns the reopened engine."""
+    config = engine.services.config
+    engine = await overhead.with_statement_stats(engine, pgdata, lambda: ContextEngine(config, embedder=chunks))
+
+    async def ours(query: str) -> Any:
+        return await engine.search(query, top_k=DEPTH, group_by="document", principals=TRUSTED)
+
+    lines = await overhead.breakdown(
+        engine, "context-engine search(top_k=100, group_by=document)", ours, queries, timers=True
+    )
+    searcher = await handwritten.Searcher(await engine.services.database.url()).open()
+    try:
+
+        async def hand(query: str) -> Any:
+            return await searcher.search(query, await embed(query))
+
+        lines += ["", *await overhead.breakdown(engine, "hand-written pgvector hybrid", hand, queries, timers=False)]
+    finally:
+        await searcher.close()
+    return engine, lines
+
+
 # ------------------------------------------------------------------------------------------- scoring
 
 
@@ -341,7 +435,9 @@ async def main(args: argparse.Namespace) -> None:
     engine: ContextEngine | None = None
     close_langchain_pg: Callable[[], Awaitable[None]] | None = None
     try:
-        engine, _chunks, ingest_seconds = await build_engine(dataset, workdir, args.cache, model, args.concurrency)
+        engine, _chunks, ingest_seconds = await build_engine(
+            dataset, workdir, args.cache, model, args.concurrency, args.pool_size
+        )
         log(f"context-engine ingest: {ingest_seconds:.1f} s")
 
         async def ours(query: str, q: Any) -> list[str]:
@@ -360,6 +456,7 @@ async def main(args: argparse.Namespace) -> None:
         if args.langchain_pg:
             rows, close_langchain_pg = await langchain_pg_systems(engine, dataset, ids, vectors, embed)
             peers += rows
+        peers.append(await handwritten_system(engine, dataset, ids, vectors))
         systems = [mine, *peers]
         for _ in range(args.warmup):  # warm every system on the first query
             for system in systems:
@@ -373,6 +470,23 @@ async def main(args: argparse.Namespace) -> None:
             for system in order:
                 await system.run(qid, dataset.queries[qid], embed)
         log(f"queries done; load {load_average()}")
+        texts_of = [dataset.queries[q] for q in qids]
+        concurrent: list[str] = []
+        if args.window_seconds > 0:
+            log(f"concurrent windows start; load {load_average()}")
+            args.pgdata = workdir / "pg" / "pgdata"
+            concurrent = await concurrent_table(engine, peers[0], embed, texts_of, args)
+            concurrent.append(f"\nload after the windows {load_average()}")
+        for system in systems:
+            for close in system.closers:
+                await close()
+        bounds = await bm25_bounds.compare(engine, texts_of)
+        stages: list[str] = []
+        if args.stage_queries > 0:
+            log(f"stage breakdown start; load {load_average()}")
+            pgdata = workdir / "pg" / "pgdata"
+            engine, stages = await stage_tables(engine, _chunks, embed, texts_of[: args.stage_queries], pgdata)
+            stages.append(f"\nload after the breakdown {load_average()}")
     finally:
         if close_langchain_pg is not None:
             await close_langchain_pg()
@@ -400,6 +514,11 @@ async def main(args: argparse.Namespace) -> None:
     for name, size in breakdown:
         print(f"- {name}: {size / 2**20:.1f} MiB")
     print(f"- data directory on disk: {mine.disk_bytes / 2**20:.1f} MiB" if mine.disk_bytes else "")
+    print("\n" + "\n".join(bounds))
+    if concurrent:
+        print("\n" + "\n".join(concurrent))
+    if stages:
+        print("\n" + "\n".join(stages))
 
 
 def _row(
@@ -439,4 +558,9 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent ingest calls")
     parser.add_argument("--no-langchain-pg", dest="langchain_pg", action="store_false",
                         help="leave out the langchain-postgres rows")
+    parser.add_argument("--pool-size", type=int, default=0, help="storage.pool_size (0: the default)")
+    parser.add_argument("--workers", type=int, default=8, help="concurrent searchers in the QPS windows")
+    parser.add_argument("--window-seconds", type=float, default=15.0, help="each QPS window; 0 skips them")
+    parser.add_argument("--rounds", type=int, default=2, help="QPS windows per system, alternating")
+    parser.add_argument("--stage-queries", type=int, default=100, help="searches in the stage breakdown; 0 skips it")
     asyncio.run(main(parser.parse_args()))

@@ -59,6 +59,7 @@ from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pipeline import UNNAMED, Ingestor, Prepared, chunk_stream, open_source, prepare, unnamed_name
 from context_engine.models import DocumentReport
 from context_engine.principals import holds_acl
+from context_engine.storage import bm25_stats
 from context_engine.storage import repository as repo
 from context_engine.storage.migrate import revision_files
 
@@ -538,10 +539,11 @@ class BulkLoader:
                 "SELECT source_id, acl, count(*), coalesce(sum(tsv_tokens), 0) FROM ins GROUP BY 1, 2 ORDER BY 1, 2 "
                 "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
                 "tokens = g.tokens + EXCLUDED.tokens RETURNING g.group_id, g.source_id, g.acl) "
-                "INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df) "
-                "SELECT u.lexeme, grp.group_id, count(*) FROM ins i "
-                "JOIN grp ON grp.source_id = i.source_id AND grp.acl = i.acl, unnest(i.tsv) u "
-                "GROUP BY 1, 2 ORDER BY 1, 2 ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df",
+                "INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df, max_tf, min_len) "
+                "SELECT u.lexeme, grp.group_id, count(*), max(coalesce(array_length(u.positions, 1), 1)), "
+                "min(i.tsv_tokens) FROM ins i JOIN grp ON grp.source_id = i.source_id AND grp.acl = i.acl, "
+                "unnest(i.tsv) u GROUP BY 1, 2 ORDER BY 1, 2 "
+                f"ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df, {bm25_stats.KEEP_BOUNDS}",
                 {"ek": key, "first": first},
             )
 

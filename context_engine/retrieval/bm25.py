@@ -81,14 +81,16 @@ async def rank(
     prune_from: int | None = None,
     visible_first_share: float | None = None,
     direct_factor: float | None = None,
+    kept_bounds: bool = True,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best chunks by BM25, ``(id, score)`` best first: the same rows and order as
     scoring every candidate, with most of the per-chunk work skipped.
 
     ``tsquery`` selects the candidates (matching mode, phrases, -terms); ``terms`` is the SQL
     ``text[]`` of positive lexemes that are scored. The lexemes' IDF and the average chunk length
-    come from statistics the caller may see. A term's contribution to a chunk's score is always
-    below its bound ``idf * (k1 + 1)``, and the strategies build on that:
+    come from statistics the caller may see. A term's contribution to a chunk's score is never above
+    its bound (:func:`term_bound`: the term at its largest frequency in the shortest chunk holding
+    it, over the groups the caller may see, kept by the write path), and the strategies build on that:
 
     * ``full``: every candidate is scored.
     * ``bounded``: every candidate gets an upper bound, the sum of the bounds of the query terms it
@@ -117,34 +119,50 @@ async def rank(
     gated chunk scored), ``direct`` (few candidates: every one scored without bounds), ``bounded`` /
     ``full`` (no floor: the bound proof held / failed, so every candidate was scored).
     ``as_of`` (a past revision) takes the statistics from the chunks visible then: see :func:`_weights_as_of`.
+    ``kept_bounds=False`` bounds each term by ``idf * (k1 + 1)`` alone (the bound before migration
+    0019; for measuring what the kept bounds save, the answer is the same).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown BM25 strategy {strategy!r}; use one of {STRATEGIES}")
     params["bm25_k1"] = float(k1)
     params["bm25_b"] = float(b)
-    if as_of is None:
-        weights: Sequence[Any] = (await conn.execute(text(_weights_sql(terms, stats_scope, params)), params)).all()
-    else:
-        weights = await _weights_as_of(conn, terms, stats_scope, params, as_of)
+    share = VISIBLE_FIRST_SHARE if visible_first_share is None else visible_first_share
+    factor = DIRECT_FACTOR if direct_factor is None else direct_factor
+    direct_cap = factor * max(1, bound_depth * limit)
     if report is not None:
         report.update({"candidates": 0, "scored": 0, "pass": "bounded"})
+    if as_of is None:
+        # one round trip for the common case: the weights, and the direct pass when they call for it
+        params["bm25_share"] = float(share)
+        params["bm25_cap"] = float("inf") if strategy == "full" else float(direct_cap)
+        statement = _weights_then_direct_sql(terms, stats_scope, params, tsquery, chunk_predicate)
+        found = (await conn.execute(text(statement), params)).all()
+        weights = [r[1:9] for r in found if r[0] == 0]
+        if weights and found[0][9]:  # the direct pass ran: its rows are the answer
+            scored = [r[10:] for r in found if r[0] == 1]
+            if report is not None:
+                candidates = int(scored[0][2]) if scored else 0
+                passed = "full" if strategy == "full" else "direct"
+                report.update({"candidates": candidates, "scored": candidates, "pass": passed})
+            return [(int(r[0]), float(r[1])) for r in scored]
+    else:
+        weights = await _weights_as_of(conn, terms, stats_scope, params, as_of)
     if not weights:
         return []
     params["bm25_lex"] = [str(w[0]) for w in weights]
     params["bm25_idf"] = [float(w[1]) for w in weights]
     params["bm25_avgdl"] = float(weights[0][2])
-    share = VISIBLE_FIRST_SHARE if visible_first_share is None else visible_first_share
     chunks = Candidates(chunk_predicate, float(weights[0][4]) <= share * float(weights[0][5]))
     postings = sum(float(w[3]) for w in weights)
-    factor = DIRECT_FACTOR if direct_factor is None else direct_factor
-    direct = strategy != "full" and postings <= factor * max(1, bound_depth * limit)
+    direct = strategy != "full" and postings <= direct_cap
     if strategy == "full" or direct:
         rows = (await conn.execute(text(_full_sql(tsquery, chunks)), params)).all()
         if report is not None:
             candidates = int(rows[0][2]) if rows else 0
             report.update({"candidates": candidates, "scored": candidates, "pass": "direct" if direct else "full"})
         return [(int(r[0]), float(r[1])) for r in rows]
-    term_bounds = [idf * (float(k1) + 1) for idf in params["bm25_idf"]]
+    kept = weights if kept_bounds else [tuple(w[:6]) for w in weights]  # without: the loose bound alone
+    term_bounds = [term_bound(w, float(k1), float(b), params["bm25_avgdl"]) for w in kept]
     bounds = []
     for i, (lexeme, bound) in enumerate(zip(params["bm25_lex"], term_bounds, strict=True)):
         params[f"bm25_t{i}"] = lexeme_query(lexeme)
@@ -171,6 +189,21 @@ async def rank(
         report.update({"candidates": candidates, "scored": min(candidates, depth) if exact else candidates})
         report["pass"] = "bounded" if exact else "full"
     return scored
+
+
+def term_bound(weight: Sequence[Any], k1: float, b: float, avgdl: float) -> float:
+    """The most a query term adds to any chunk's score the caller may see: its BM25 term score at
+    the lexeme's largest term frequency in the shortest chunk holding it, over the groups they may
+    see (the score grows with the frequency and falls with the length); ``idf * (k1 + 1)``, the limit
+    of an endless term in an empty chunk, when those bounds are unknown. Widened by
+    :data:`bm25_gate.SLACK` so rounding can only loosen it."""
+    idf = float(weight[1])
+    max_tf, min_len = (weight[6], weight[7]) if len(weight) > 7 else (None, None)
+    if max_tf is None or min_len is None:
+        return idf * (k1 + 1)
+    tf = float(max_tf)
+    tight = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * float(min_len) / avgdl))
+    return min(idf * (k1 + 1), tight * (1 + bm25_gate.SLACK))
 
 
 async def _bounded(
@@ -242,9 +275,44 @@ async def _floor(
     return float(rows[limit - 1][1])
 
 
+def _weights_then_direct_sql(
+    terms: str, stats_scope: dict[str, Any], params: dict[str, Any], tsquery: str, chunk_predicate: str
+) -> str:
+    """The weights (rows ``(0, lexeme, idf, avgdl, df, n, n_all, NULL, ...)``) and, in the same
+    statement, the direct pass (rows ``(1, NULL x 6, id, score, candidates)``, the ``limit`` best)
+    when the postings are at most ``:bm25_cap`` and the caller's candidates come from the postings
+    (not from their own rows first). Otherwise the scoring half is skipped by the server (its guard
+    is a one-time filter) and the caller goes on from the weights. The scores are those of
+    :func:`_full_sql`: the same expression over the same idf and average length.
+    """
+    weights = _weights_sql(terms, stats_scope, params).removeprefix("WITH ")
+    cut = weights.rindex(" ORDER BY qt.lexeme")
+    ctes, body = weights[:cut].split(" SELECT qt.lexeme", 1)
+    scored = _SCORE.format(
+        source="ce_chunks c CROSS JOIN q CROSS JOIN k",
+        where=f"WHERE c.tsv @@ q.q AND {chunk_predicate} AND (SELECT go FROM dec)",
+        lex="k.lex",
+        idf="w",
+        avgdl="k.avgdl",
+    )
+    return (
+        f"WITH {ctes}, w AS MATERIALIZED (SELECT qt.lexeme{body}), "
+        "k AS MATERIALIZED (SELECT array_agg(w.lexeme) AS lex, max(w.avgdl) AS avgdl FROM w), "
+        "dec AS MATERIALIZED (SELECT coalesce(sum(w.df), 0) <= :bm25_cap AND NOT coalesce(bool_or(w.n <= "
+        ":bm25_share * w.n_all), FALSE) AND count(*) > 0 AS go FROM w), "
+        f"q AS MATERIALIZED (SELECT {tsquery} AS q), s AS ({scored}) "
+        "(SELECT 0, w.lexeme, w.idf, w.avgdl, w.df, w.n, w.n_all, w.max_tf, w.min_len, (SELECT go FROM dec), "
+        "NULL::bigint, NULL::float8, NULL::bigint FROM w ORDER BY w.lexeme) "
+        "UNION ALL (SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.id, s.r, count(*) OVER () "
+        "FROM s ORDER BY s.r DESC, s.id LIMIT :limit)"
+    )
+
+
 def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]) -> str:
-    """``(lexeme, idf, avgdl, df, n, n_all)`` per distinct query lexeme, over the statistics the
-    caller may see (``n``: chunks they may see in the searched sources; ``n_all``: all current chunks).
+    """``(lexeme, idf, avgdl, df, n, n_all, max_tf, min_len)`` per distinct query lexeme, over the
+    statistics the caller may see (``n``: chunks they may see in the searched sources; ``n_all``: all
+    current chunks; ``max_tf``/``min_len``: the lexeme's bounds over the groups they may see, NULL
+    when some such group's are unknown).
 
     The caller's predicate is tested once per (source, ACL) group, on ``ce_bm25_groups``, and the
     lexemes' rows are matched to the visible groups by key: with many groups and a caller holding
@@ -255,12 +323,16 @@ def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]
     """
     groups = visibility("g", params, **stats_scope)
     everyone = "tot.n" if groups == "TRUE" else "(SELECT coalesce(sum(a.chunks), 0)::float8 FROM ce_bm25_groups a)"
+    # the per-lexeme bounds over the visible groups: known only when every such group's are
+    bounds = (
+        "coalesce(sum(s.df), 0)::float8 AS df, max(s.max_tf) AS max_tf, min(s.min_len) AS min_len, "
+        "coalesce(bool_and(s.max_tf IS NOT NULL AND s.min_len IS NOT NULL), FALSE) AS known"
+    )
     if groups == "TRUE":  # a trusted caller over every source: nothing to match
-        counted = "SELECT coalesce(sum(s.df), 0)::float8 AS df FROM ce_bm25_terms s WHERE s.lexeme = qt.lexeme"
+        counted = f"SELECT {bounds} FROM ce_bm25_terms s WHERE s.lexeme = qt.lexeme"
     else:
         counted = (
-            "SELECT coalesce(sum(s.df), 0)::float8 AS df FROM ce_bm25_terms s "
-            "JOIN vis ON vis.group_id = s.group_id WHERE s.lexeme = qt.lexeme"
+            f"SELECT {bounds} FROM ce_bm25_terms s JOIN vis ON vis.group_id = s.group_id WHERE s.lexeme = qt.lexeme"
         )
     return (
         f"WITH qt AS (SELECT DISTINCT x AS lexeme FROM unnest({terms}) x), "
@@ -269,7 +341,9 @@ def _weights_sql(terms: str, stats_scope: dict[str, Any], params: dict[str, Any]
         "greatest(coalesce(sum(vis.tokens), 0)::float8 / greatest(coalesce(sum(vis.chunks), 0), 1), 1) AS avgdl "
         "FROM vis) "
         "SELECT qt.lexeme, ln(1 + (tot.n - d.df + 0.5) / (d.df + 0.5)) AS idf, tot.avgdl, d.df, tot.n, "
-        f"{everyone} FROM qt CROSS JOIN tot CROSS JOIN LATERAL ({counted}) d ORDER BY qt.lexeme"
+        f"{everyone} AS n_all, CASE WHEN d.known THEN d.max_tf END AS max_tf, "
+        "CASE WHEN d.known THEN d.min_len END AS min_len "
+        f"FROM qt CROSS JOIN tot CROSS JOIN LATERAL ({counted}) d ORDER BY qt.lexeme"
     )
 
 
@@ -312,13 +386,19 @@ async def _weights_as_of(
 # that already carried weight A is dropped again by the join with the query terms).
 _SCORE = (
     "SELECT c.id, sum(w.idf * u.tf * (:bm25_k1 + 1) / (u.tf + :bm25_k1 * "
-    "(1 - :bm25_b + :bm25_b * c.tsv_tokens / :bm25_avgdl))) AS r "
+    "(1 - :bm25_b + :bm25_b * c.tsv_tokens / {avgdl}))) AS r "
     "FROM {source} "
     "CROSS JOIN LATERAL (SELECT x.lexeme, coalesce(array_length(x.positions, 1), 1) AS tf "
-    "FROM unnest(ts_filter(setweight(c.tsv, 'A', CAST(:bm25_lex AS text[])), '{{a}}')) x) u "
-    "JOIN unnest(CAST(:bm25_lex AS text[]), CAST(:bm25_idf AS float8[])) AS w(lexeme, idf) ON w.lexeme = u.lexeme "
+    "FROM unnest(ts_filter(setweight(c.tsv, 'A', {lex}), '{{a}}')) x) u "
+    "JOIN {idf} ON w.lexeme = u.lexeme "
     "{where} GROUP BY c.id"
 )
+#: the query's lexemes, their idf and the average length as bound parameters (a pass after the weights)
+_BOUND = {
+    "lex": "CAST(:bm25_lex AS text[])",
+    "idf": "unnest(CAST(:bm25_lex AS text[]), CAST(:bm25_idf AS float8[])) AS w(lexeme, idf)",
+    "avgdl": ":bm25_avgdl",
+}
 
 
 def _bounded_sql(tsquery: str, chunks: Candidates, bound: str) -> str:
@@ -328,7 +408,7 @@ def _bounded_sql(tsquery: str, chunks: Candidates, bound: str) -> str:
     The tsquery is MATERIALIZED so it is built once, not re-parsed (``unaccent`` is only stable)
     for every candidate row.
     """
-    scored = _SCORE.format(source="top JOIN ce_chunks c ON c.id = top.id", where="")
+    scored = _SCORE.format(source="top JOIN ce_chunks c ON c.id = top.id", where="", **_BOUND)
     return (
         f"WITH q AS MATERIALIZED (SELECT {tsquery} AS q), "
         f"b AS MATERIALIZED (SELECT c.id, {bound} AS ub FROM {chunks.source()} CROSS JOIN q "
@@ -346,6 +426,7 @@ def _full_sql(tsquery: str, chunks: Candidates) -> str:
     scored = _SCORE.format(
         source=f"{chunks.source()} CROSS JOIN q",
         where=f"WHERE c.tsv @@ q.q AND {chunks.where()}",
+        **_BOUND,
     )
     return (
         f"WITH q AS MATERIALIZED (SELECT {tsquery} AS q), s AS ({scored}) "

@@ -1,7 +1,8 @@
 """Keeping the BM25 statistics current: the write side of :mod:`context_engine.retrieval.bm25`.
 
 Per (source, ACL) group, ``ce_bm25_groups`` holds the chunk count and token total under a small
-integer ``group_id``, and ``ce_bm25_terms`` each lexeme's document frequency per ``group_id``.
+integer ``group_id``, and ``ce_bm25_terms`` each lexeme's document frequency per ``group_id`` with
+its largest term frequency and shortest chunk there (the pruning bounds of migration 0019).
 They change inside the same transaction that opens or closes chunks, so a ranking never sees
 statistics of another revision than its rows.
 """
@@ -13,6 +14,16 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+#: a lexeme's term frequency in one chunk (``u`` a row of ``unnest(c.tsv)``), as BM25 scores it
+_TF = "coalesce(array_length(u.positions, 1), 1)"
+#: the per-lexeme bounds an upsert keeps (migration 0019): the new chunks widen them (so a lexeme
+#: whose count a new version leaves unchanged is still upserted, by 0); an unknown
+#: bound (NULL) stays unknown, and a count that falls leaves them (still bounds, only looser)
+KEEP_BOUNDS = (
+    "max_tf = CASE WHEN t.max_tf IS NOT NULL THEN greatest(t.max_tf, EXCLUDED.max_tf) END, "
+    "min_len = CASE WHEN t.min_len IS NOT NULL THEN least(t.min_len, EXCLUDED.min_len) END"
+)
 
 #: the current chunks of the documents listed in ``:bm25_docs`` (with the version each opens in ``:bm25_vs``)
 _DOCS = "unnest(CAST(:bm25_docs AS uuid[]), CAST(:bm25_vs AS integer[])) AS x(id, v)"
@@ -41,11 +52,12 @@ async def _shift(
             "GROUP BY 1, 2 ORDER BY 1, 2 "
             "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
             "tokens = g.tokens + EXCLUDED.tokens RETURNING g.group_id, g.source_id, g.acl) "
-            "INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df) "
-            f"SELECT u.lexeme, grp.group_id, sum({weight}) FROM ce_chunks c JOIN {_DOCS} ON c.document_id = x.id "
+            "INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df, max_tf, min_len) "
+            f"SELECT u.lexeme, grp.group_id, sum({weight}), max({_TF}) FILTER (WHERE {weight} > 0), "
+            f"min(c.tsv_tokens) FILTER (WHERE {weight} > 0) FROM ce_chunks c JOIN {_DOCS} ON c.document_id = x.id "
             "JOIN grp ON grp.source_id = c.source_id AND grp.acl = c.acl, unnest(c.tsv) u WHERE c.valid_to IS NULL "
-            f"GROUP BY 1, 2 HAVING sum({weight}) <> 0 ORDER BY 1, 2 "
-            "ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df"
+            f"GROUP BY 1, 2 HAVING sum({weight}) <> 0 OR bool_or({weight} > 0) ORDER BY 1, 2 "
+            f"ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df, {KEEP_BOUNDS}"
         ),
         params,
     )

@@ -7,9 +7,10 @@ its own, all share one configuration and one embedded-server handle.
 
 A database that is down or restarting is reported as ``StorageUnavailable`` (503,
 ``storage_unavailable``) rather than a driver error, and the pool recovers by itself once it is
-back (``storage.pool_pre_ping`` replaces the connections the restart broke). The embedded server
-is supervised: killed, it is started again (``embedded_supervisor``), and the first request that
-finds it gone has the supervisor look at once.
+back (``storage.pool_pre_ping`` replaces the connections the restart broke; by default only a
+connection idle for ``storage.pool_pre_ping_idle`` seconds is pinged, see :mod:`.idle_ping`). The
+embedded server is supervised: killed, it is started again (``embedded_supervisor``), and the first
+request that finds it gone has the supervisor look at once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from context_engine.config import ContextEngineConfig, database_url_text
 from context_engine.errors import ConfigError, ContextEngineError, DatabaseRefused, StorageUnavailable
 from context_engine.storage import embedded, session_locks
+from context_engine.storage.idle_ping import ping_when_idle
 
 #: the URL schemes that name PostgreSQL (psycopg 3 serves them all)
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg", "postgresql+asyncpg")
@@ -160,10 +162,13 @@ class Database:
             max_overflow=storage.max_overflow,
             pool_timeout=storage.pool_timeout,
             pool_recycle=storage.pool_recycle,
-            pool_pre_ping=storage.pool_pre_ping,
+            # the ping is installed below when it may skip connections that were just in use
+            pool_pre_ping=storage.pool_pre_ping and storage.pool_pre_ping_idle <= 0,
         )
         if self._pgdata is not None:  # before the listener that raises, which ends the chain
             event.listen(created.sync_engine, "handle_error", supervise_on_unreachable(self._pgdata))
+        if storage.pool_pre_ping and storage.pool_pre_ping_idle > 0:
+            ping_when_idle(created, storage.pool_pre_ping_idle)
         event.listen(created.sync_engine, "handle_error", report_unreachable)
         with self._lock:
             # forget pools of loops that have since closed

@@ -887,6 +887,13 @@ async def delete_document(db: AsyncEngine, document_id: str, scope: ReadScope, a
         return revision
 
 
+#: a hit's document name (over a chunk ``c``): its version's, else the live document's
+_HIT_NAME = (
+    "SELECT coalesce((SELECT v.name FROM ce_document_versions v WHERE v.document_id = c.document_id "
+    "AND v.version = c.version), (SELECT d.name FROM ce_documents d WHERE d.id = c.document_id)) AS name"
+)
+
+
 async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> dict[int, dict[str, Any]]:
     """Load the fused winners (the predicate is applied again: cheap, and never trusts ids)."""
     if not ids:
@@ -898,26 +905,46 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
     # stops at its first non-null argument): a join let the planner hash the whole versions table.
     sql = (
         "SELECT c.id, c.document_id, n.name AS document_name, c.text, c.source_id, c.position, "
-        "c.section, c.page, c.kind, c.version FROM ce_chunks c CROSS JOIN LATERAL (SELECT coalesce("
-        "(SELECT v.name FROM ce_document_versions v WHERE v.document_id = c.document_id AND v.version = c.version), "
-        "(SELECT d.name FROM ce_documents d WHERE d.id = c.document_id)) AS name) n "
+        f"c.section, c.page, c.kind, c.version FROM ce_chunks c CROSS JOIN LATERAL ({_HIT_NAME}) n "
         f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND n.name IS NOT NULL AND {scope.predicate('c', params)}"
     )
     async with db.connect() as conn:
         return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
 
 
-async def chunk_documents(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> dict[int, str]:
-    """The document of each chunk, for grouping candidates (the predicate is applied again)."""
+async def group_hits(
+    db: AsyncEngine, ids: Sequence[int], scope: ReadScope, *, documents: int, per_document: int
+) -> tuple[dict[int, dict[str, Any]], int]:
+    """Group ranked candidates by document in the server: ``(rows, documents found)``.
+
+    ``ids`` are best first. The candidates the caller may see (with a name, as :func:`fetch_hits`
+    requires) are grouped by document, the documents ranked by their best candidate, and for the
+    first ``documents`` of them the first ``per_document`` candidates come back whole, as
+    :func:`fetch_hits` rows; the second value counts every document found among the candidates.
+    One statement, and only the winners' text is read and sent (the candidates of a 100-document
+    search number in the hundreds; its winners' passages a few per document)."""
     if not ids:
-        return {}
-    params: dict[str, Any] = {"ids": list(ids)}
-    statement = (
-        "SELECT c.id, c.document_id FROM ce_chunks c "
-        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND {scope.predicate('c', params)}"
+        return {}, 0
+    params: dict[str, Any] = {"ids": list(ids), "top_docs": documents, "per_doc": per_document}
+    sql = (
+        "WITH f AS (SELECT f.id, f.ord FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS f(id, ord)), "
+        "v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, n.name FROM f JOIN ce_chunks c ON c.id = f.id "
+        f"CROSS JOIN LATERAL ({_HIT_NAME}) n WHERE n.name IS NOT NULL AND {scope.predicate('c', params)}), "
+        "d AS MATERIALIZED (SELECT v.document_id, min(v.ord) AS first FROM v GROUP BY v.document_id), "
+        "top AS (SELECT d.document_id, d.first FROM d ORDER BY d.first LIMIT :top_docs), "
+        "p AS (SELECT v.id, v.ord, v.name, top.first, "
+        "row_number() OVER (PARTITION BY v.document_id ORDER BY v.ord) AS k "
+        "FROM v JOIN top ON top.document_id = v.document_id) "
+        "SELECT c.id, c.document_id, p.name AS document_name, c.text, c.source_id, c.position, "
+        "c.section, c.page, c.kind, c.version, (SELECT count(*) FROM d) AS documents "
+        "FROM p JOIN ce_chunks c ON c.id = p.id WHERE p.k <= :per_doc ORDER BY p.first, p.ord"
     )
     async with db.connect() as conn:
-        return {int(r[0]): str(r[1]) for r in (await conn.execute(text(statement), params)).all()}
+        result = await conn.execute(text(sql), params)
+        keys, found = list(result.keys())[:-1], result.all()
+    if not found:
+        return {}, 0
+    return {int(r[0]): dict(zip(keys, r, strict=False)) for r in found}, int(found[0][-1])
 
 
 async def stats(db: AsyncEngine, scope: ReadScope) -> dict[str, Any]:
