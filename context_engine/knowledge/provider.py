@@ -153,6 +153,8 @@ class LocalKnowledge:
         self.timeout = timeout
 
     async def _run(self, method: str, scope: KnowledgeScope, work: Awaitable[T]) -> Result[T]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         try:
             _check_scope(scope)
             value = await asyncio.wait_for(work, self.timeout)
@@ -162,8 +164,13 @@ class LocalKnowledge:
             code = exc.code if isinstance(exc, _Refused) else _code_of(exc)
             if code is None:
                 raise
+            message = _message(exc)
+            if code == "unavailable" and loop.time() >= deadline:
+                # the deadline cancelled a statement, and the driver reported the cancelled connection
+                # as lost: that is this call's timeout, not the store being down
+                code, message = "timeout", _message(TimeoutError())
             log.info("knowledge %s in sources %s: %s", method, _sources(scope), code)
-            return Result.failure(code, _message(exc))
+            return Result.failure(code, message)
         log.info("knowledge %s in sources %s: ok", method, _sources(scope))
         return Result.success(value)
 
