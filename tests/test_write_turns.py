@@ -12,7 +12,6 @@ import asyncio
 import uuid
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
@@ -146,13 +145,12 @@ async def test_a_writer_whose_turn_does_not_come_is_told_to_retry_and_spends_no_
 
 async def test_the_route_answers_409_document_busy_with_retry_after(database_url: str) -> None:
     """Over HTTP the busy answer is a retryable 409 with ``Retry-After``, then the same request stores."""
+    import fastapi
     import httpx
 
     from adapters.fastapi import create_router
     from context_engine.storage import repository as repo
     from context_engine.storage import session_locks
-
-    fastapi = pytest.importorskip("fastapi")
     config = make_config(database_url, ingest={"write_wait_seconds": 0.2})
     async with (
         ContextEngine(config, embedder=WordEmbedder()) as eng,
