@@ -127,7 +127,8 @@ def _kind_of(tool: ToolEntry) -> kinds.ToolKindSpec:
     spec = kinds.get(tool.kind)
     if spec is None:
         raise ToolExecutionFailed(
-            f"tool kind {tool.kind[:40]!r} is not registered in this process", code="tool_unavailable"
+            "this tool's kind is not registered in this process (the module that registers it is not loaded)",
+            code="tool_unavailable",
         )
     return spec
 
