@@ -21,6 +21,7 @@ from context_engine.limits import (
 )
 from routing_core.bodies import MAX_FORM_ACL_PARTS
 from routing_core.http import JSON_TYPE
+from routing_core.params import schema_of
 from routing_core.routes import ROUTES, Route
 from routing_core.schemas import NOT_BLANK, ErrorBody
 
@@ -101,7 +102,7 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
             {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in route.pattern.groupindex
         ]
         params += [
-            {"name": n, "in": "query", "required": False, "description": d, "schema": schema}
+            {"name": n, "in": "query", "required": False, "description": d, "schema": schema_of(schema)}
             for n, schema, d in route.query_params
         ]
         if params:

@@ -24,6 +24,7 @@ from context_engine.limits import (
     MAX_CURSOR_CHARS,
     MAX_SOURCE_ID_CHARS,
 )
+from context_engine.tools import kinds
 from routing_core import handlers
 from routing_core.access import KNOWLEDGE_SCOPE, scope_for
 from routing_core.call import Call
@@ -296,7 +297,7 @@ _TABLE: tuple[Route, ...] = (
         ToolList,
         query_params=(
             ("q", {"type": "string", "maxLength": 500}, "ranks by and keeps tools matching these words"),
-            ("kind", {"type": "string", "enum": ["http", "db", "mcp", "function"]}, "only tools of this kind"),
+            ("kind", kinds.filter_schema, "only tools of this kind"),
             ("name_contains", {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NOT_BLANK},
              "only names containing this"),
             ("requires_approval", {"type": "boolean"}, "only gated (true) or ungated (false) tools"),

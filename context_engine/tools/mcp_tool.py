@@ -13,6 +13,7 @@ import httpx
 
 from context_engine.tools.egress import EgressPolicy, Resolver, checked_address
 from context_engine.tools.errors import ToolConfigInvalid, ToolExecutionFailed, ToolTimeout, missing_extra
+from context_engine.tools.kinds import KindContext, ToolKindSpec
 from context_engine.tools.schema import checked_schema, validate_arguments
 
 DEFAULT_TIMEOUT = 30.0
@@ -70,3 +71,16 @@ async def call(config: dict[str, Any], arguments: dict[str, Any], *, resolver: R
         text = " ".join(str(block.get("text", "")) for block in content).strip()
         raise ToolExecutionFailed(f"the remote tool reported an error: {text}" if text else "the remote tool failed")
     return {"content": content, "structured": result.structured_content}
+
+
+async def _call_kind(config: dict[str, Any], arguments: dict[str, Any], context: KindContext) -> Any:
+    return await call(config, arguments, resolver=context.resolver)
+
+
+KIND = ToolKindSpec(
+    name="mcp",
+    call_prefix="mcp_",
+    summary="one tools/call on a remote MCP server",
+    check_config=check_config,
+    call=_call_kind,
+)
