@@ -105,6 +105,8 @@ class ContextEngine:
         self._retriever = Retriever(self.services)
         #: function tools registered on this engine (kept on the root; views share them)
         self._function_tools: Any = None
+        #: mcp OAuth flows waiting for their callback (kept on the root; views share them)
+        self._mcp_oauth_flows: Any = None
         #: the host's own isolation for generated code (sync or async), used when a call names none
         self._code_runner = code_runner
         #: resolves tool hosts for the egress check of mcp and http tools (default: the system's)
@@ -161,6 +163,8 @@ class ContextEngine:
     async def aclose(self) -> None:
         if self._root is not self:
             return  # a view owns nothing
+        if self._mcp_oauth_flows is not None:
+            await self._mcp_oauth_flows.aclose()
         await self.services.aclose()
 
     @property
@@ -898,7 +902,56 @@ class ContextEngine:
         tool = tool_config(tool)
         db = await self._ready()
         entry = await registry.insert(db, tool, ConfigCipher(self.config.secret_key))
-        return entry.public(trusted=True)
+        listing = entry.public(trusted=True)
+        if tool.kind == "mcp" and "oauth" in tool.config:
+            try:  # a server that wants a person's consent answers with the popup's URL
+                listing["authorization"] = await self.start_mcp_oauth(str(entry.tool_id))
+            except BaseException:
+                await registry.delete(db, str(entry.tool_id), None)  # nothing half-registered
+                raise
+        return listing
+
+    def _oauth_flows(self) -> Any:
+        from context_engine.tools.mcp_oauth import McpOAuthFlows
+
+        root = self._root
+        if root._mcp_oauth_flows is None:
+            root._mcp_oauth_flows = McpOAuthFlows()
+        return root._mcp_oauth_flows
+
+    async def start_mcp_oauth(self, tool_id: str) -> dict[str, Any]:
+        """Start (again) the OAuth authorization of a stored mcp tool that has an ``oauth`` section.
+
+        ``{"status": "authorization_required", "authorization_url", "correlation_id", "expires_at"}``:
+        open the URL in a popup; the provider sends it to ``oauth.redirect_uri``, whose handler calls
+        :meth:`complete_mcp_oauth`. ``{"status": "connected", ...}``: nothing to consent to.
+        An operator's call, like registration (no principals).
+        """
+        from context_engine.tools.crypto import ConfigCipher
+        from context_engine.tools.errors import ToolNotFound
+        from context_engine.tools.mcp_oauth_store import sealed_mcp_config
+
+        try:
+            checked = str(uuid.UUID(str(tool_id)))
+        except ValueError:
+            raise ToolNotFound(str(tool_id)) from None
+        db = await self._ready()
+        sealed = await sealed_mcp_config(db, checked)
+        if sealed is None:
+            raise ToolNotFound(checked)
+        config = ConfigCipher(self.config.secret_key).decrypt(sealed, checked)
+        return await self._oauth_flows().start(
+            db, self.config.secret_key, checked, config, resolver=self._mcp_resolver
+        )
+
+    async def complete_mcp_oauth(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The popup's message for the provider's callback query (its ``code``, ``state``, ``error``, ``iss``).
+
+        ``{"type": "mcp-oauth-success", "correlation_id", "tool_id"}`` or ``{"type": "mcp-oauth-error",
+        "code", "message", "correlation_id"}``; render it with ``mcp_oauth.popup_page``. Never raises
+        for a bad callback: every failure is one of the six codes.
+        """
+        return await self._oauth_flows().complete(params)
 
     def register_function_tool(
         self,

@@ -130,6 +130,11 @@ async def _run(
         return await http_tool.call(config, args, client_factory=runtime.http_client_factory, resolver=runtime.resolver)
     if tool.kind == "db":
         return await db_tool.call(config, args)
+    if "oauth" in config:
+        from context_engine.tools import mcp_oauth
+
+        tool_id = str(tool.tool_id)
+        return await mcp_oauth.call(runtime.db, runtime.secret_key, tool_id, config, args, resolver=runtime.resolver)
     return await mcp_tool.call(config, args, resolver=runtime.resolver)
 
 
