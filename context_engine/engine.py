@@ -941,7 +941,12 @@ class ContextEngine:
             raise ToolNotFound(checked)
         config = ConfigCipher(self.config.secret_key).decrypt(sealed, checked)
         return await self._oauth_flows().start(
-            db, self.config.secret_key, checked, config, resolver=self._mcp_resolver
+            db,
+            self.config.secret_key,
+            checked,
+            config,
+            resolver=self._mcp_resolver,
+            http_client_factory=self.services.http_client_factory,
         )
 
     async def complete_mcp_oauth(self, params: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,13 +13,17 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
+import httpx2
 import psycopg
 import pytest
 
 from context_engine import TRUSTED, ContextEngine
+from context_engine.errors import ConfigError
 from context_engine.tools import EgressRefused, ToolConfig, ToolConfigInvalid
 from context_engine.tools.mcp_oauth import MESSAGES, McpOAuthRequired, popup_page
 from tests import tools_support
+from tests.conftest import make_config
 from tests.fakes.oauth_servers import OAuthServers, follow_authorization, oauth_servers
 from tests.tools_support import table_rows
 
@@ -248,3 +252,39 @@ async def test_a_bad_oauth_section_is_refused_at_registration(tools_engine: Cont
         with pytest.raises(ToolConfigInvalid):
             await tools_engine.register_tool(tool)
     assert await tools_engine.list_tools(principals=TRUSTED) == []
+
+
+async def test_a_host_client_carries_the_flow_and_the_calls(servers: OAuthServers, database_url: str) -> None:
+    sent: list[str] = []
+
+    async def record(request: httpx2.Request) -> None:
+        sent.append(f"{request.method} {request.url.path}")
+
+    host_client = httpx2.AsyncClient(event_hooks={"request": [record]}, trust_env=False)
+    asked: list[str] = []
+
+    def factory(purpose: str) -> Any:
+        asked.append(purpose)
+        return host_client if purpose == "mcp_oauth" else None
+
+    config = make_config(database_url, secret_key=tools_support.SECRET_KEY)
+    try:
+        async with ContextEngine(config, http_client_factory=factory) as engine:
+            await connected(engine, servers)
+            out = await engine.execute_tool("mcp_lookup", {"customer": "acme"}, principals=[])
+            assert out["result"]["structured"]["manager"] == "R. Okafor"
+        assert "mcp_oauth" in asked
+        assert {"POST /register", "POST /token", "POST /mcp"} <= set(sent)
+        assert not host_client.is_closed  # the host's client is the host's to close
+    finally:
+        await host_client.aclose()
+
+
+async def test_a_host_client_of_another_library_is_refused(servers: OAuthServers, database_url: str) -> None:
+    config = make_config(database_url, secret_key=tools_support.SECRET_KEY)
+    async with httpx.AsyncClient() as wrong:
+        async with ContextEngine(config, http_client_factory=lambda purpose: wrong) as engine:
+            with pytest.raises(ConfigError) as refused:
+                await engine.register_tool(crm_tool(servers.mcp_url))
+            assert refused.value.code == "invalid_http_client"
+            assert await engine.list_tools(principals=TRUSTED) == []

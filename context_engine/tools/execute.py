@@ -134,7 +134,10 @@ async def _run(
         from context_engine.tools import mcp_oauth
 
         tool_id = str(tool.tool_id)
-        return await mcp_oauth.call(runtime.db, runtime.secret_key, tool_id, config, args, resolver=runtime.resolver)
+        return await mcp_oauth.call(
+            runtime.db, runtime.secret_key, tool_id, config, args,
+            resolver=runtime.resolver, http_client_factory=runtime.http_client_factory,
+        )
     return await mcp_tool.call(config, args, resolver=runtime.resolver)
 
 

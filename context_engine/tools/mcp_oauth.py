@@ -36,7 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from context_engine.errors import ContextEngineError
+from context_engine.errors import ConfigError, ContextEngineError
 from context_engine.tools.crypto import ConfigCipher
 from context_engine.tools.egress import EgressPolicy, Resolver, checked_address
 from context_engine.tools.errors import EgressRefused, ToolConfigInvalid, ToolExecutionFailed, missing_extra
@@ -62,7 +62,17 @@ MESSAGES: dict[str, str] = {
 }
 _OAUTH_KEYS = {"redirect_uri", "scope", "client_name"}
 _MAX_CALLBACK_VALUE = 4096
+#: flows one process keeps waiting at once (each holds a task and two futures, no connection)
+MAX_PENDING_FLOWS = 256
 E = TypeVar("E", bound=BaseException)
+
+
+class McpOAuthBusy(ContextEngineError):
+    """Too many authorizations wait for their callback in this process; one ends within the TTL."""
+
+    code = "mcp_oauth_busy"
+    status = 503
+    retry_after = 30
 
 
 class McpOAuthRequired(ContextEngineError):
@@ -130,6 +140,30 @@ def reraise_refusal(exc: BaseException) -> None:
         raise refused from None
 
 
+def host_transport(factory: Callable[[str], Any] | None) -> Any:
+    """An httpx2 transport sending through the host's ``http_client_factory("mcp_oauth")`` client, or ``None``.
+
+    The host's client is long-lived and its own: it is never closed or changed here, and every
+    request sent through it still passes the egress check (the hooks sit on the engine's client).
+    """
+    supplied = factory(PURPOSE) if factory is not None else None
+    if supplied is None:
+        return None
+    import httpx2
+
+    if not isinstance(supplied, httpx2.AsyncClient):
+        raise ConfigError(
+            "http_client_factory('mcp_oauth') must return an httpx2.AsyncClient (the MCP SDK's HTTP client) or None",
+            code="invalid_http_client",
+        )
+
+    class ThroughHostClient(httpx2.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            return await supplied.send(request, stream=True, follow_redirects=False)
+
+    return ThroughHostClient()
+
+
 def _sdk() -> Any:
     try:
         from mcp.client import auth
@@ -192,12 +226,14 @@ async def call(
     arguments: dict[str, Any],
     *,
     resolver: Resolver | None = None,
+    http_client_factory: Callable[[str], Any] | None = None,
 ) -> Any:
     """One ``tools/call`` with the tool's stored tokens (refreshed when expired or refused once)."""
     from context_engine.tools import mcp_tool
     from context_engine.tools.mcp_oauth_store import McpTokenStore
 
     store = McpTokenStore(db, ConfigCipher(secret_key), tool_id)
+    transport = host_transport(http_client_factory)
     for attempt in range(2):
         person = _NeedsPerson()
         provider = _provider(config, store, person.redirect, person.callback)
@@ -205,7 +241,7 @@ async def call(
         metadata, expires = await store.refresh_context()
         provider.context.oauth_metadata, provider.context.token_expiry_time = metadata, expires
         try:
-            result = await mcp_tool.call(config, arguments, resolver=resolver, auth=provider)
+            result = await mcp_tool.call(config, arguments, resolver=resolver, auth=provider, transport=transport)
         except ToolExecutionFailed:
             if not person.tripped:
                 raise
@@ -246,7 +282,14 @@ class McpOAuthFlows:
         self._pending: dict[str, _Pending] = {}
 
     async def start(
-        self, db: Any, secret_key: Any, tool_id: str, config: dict[str, Any], *, resolver: Resolver | None = None
+        self,
+        db: Any,
+        secret_key: Any,
+        tool_id: str,
+        config: dict[str, Any],
+        *,
+        resolver: Resolver | None = None,
+        http_client_factory: Callable[[str], Any] | None = None,
     ) -> dict[str, Any]:
         """Connect to the tool's server; ``{"status": "authorization_required", "authorization_url", ...}``
         when it wants a person's consent, ``{"status": "connected", ...}`` when it needs none (or
@@ -256,6 +299,9 @@ class McpOAuthFlows:
         if not uses_oauth(config):
             raise ToolConfigInvalid("this mcp tool has no 'oauth' section: it connects without an authorization")
         _sdk()
+        if len(self._pending) >= MAX_PENDING_FLOWS:
+            raise McpOAuthBusy(f"{MAX_PENDING_FLOWS} authorizations already wait for their callback; retry later")
+        transport = host_transport(http_client_factory)
         correlation_id = new_correlation_id()
         loop = asyncio.get_running_loop()
         shown: asyncio.Future[str] = loop.create_future()
@@ -270,7 +316,7 @@ class McpOAuthFlows:
             return await asyncio.wait_for(code, self.ttl_seconds)
 
         provider = _provider(config, store, redirect, callback)
-        task = loop.create_task(_connect(config, store, provider, resolver))
+        task = loop.create_task(_connect(config, store, provider, resolver, transport))
         timeout = float(config.get("timeout", 30.0))
         await asyncio.wait({shown, task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if shown.done():
@@ -351,7 +397,9 @@ async def _keep_metadata(store: Any, provider: Any, known: Any) -> None:
         await store.set_metadata(found)
 
 
-async def _connect(config: Mapping[str, Any], store: Any, provider: Any, resolver: Resolver | None) -> None:
+async def _connect(
+    config: Mapping[str, Any], store: Any, provider: Any, resolver: Resolver | None, transport: Any
+) -> None:
     """Open one MCP session through the SDK's OAuth provider (the flow runs inside its first request)."""
     import httpx2
     from mcp import Client
@@ -363,7 +411,7 @@ async def _connect(config: Mapping[str, Any], store: Any, provider: Any, resolve
     headers = dict(config.get("headers") or {})
     hooks = request_hooks(policy, resolver)
     async with httpx2.AsyncClient(
-        headers=headers, timeout=timeout, trust_env=False, auth=provider, event_hooks=hooks
+        headers=headers, timeout=timeout, trust_env=False, auth=provider, event_hooks=hooks, transport=transport
     ) as http:
         transport = streamable_http_client(config["url"], http_client=http)
         async with Client(transport, read_timeout_seconds=timeout, cache=None):

@@ -48,12 +48,18 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 async def call(
-    config: dict[str, Any], arguments: dict[str, Any], *, resolver: Resolver | None = None, auth: Any = None
+    config: dict[str, Any],
+    arguments: dict[str, Any],
+    *,
+    resolver: Resolver | None = None,
+    auth: Any = None,
+    transport: Any = None,
 ) -> Any:
     """``{"content": [...], "structured": ..., "is_error": bool}`` from the remote tool.
 
     ``auth`` (an ``httpx2.Auth``, the SDK's OAuth provider) may send requests to other hosts (its
     authorization server), so with it every request passes the egress check, not only the first.
+    ``transport`` (httpx2) carries the requests instead of the client's own connection pool.
     """
     try:
         import httpx2
@@ -75,7 +81,7 @@ async def call(
     try:
         async with asyncio.timeout(timeout):
             async with httpx2.AsyncClient(
-                headers=headers, timeout=timeout, trust_env=False, auth=auth, event_hooks=hooks
+                headers=headers, timeout=timeout, trust_env=False, auth=auth, event_hooks=hooks, transport=transport
             ) as http:
                 transport = streamable_http_client(config["url"], http_client=http)
                 async with Client(transport, read_timeout_seconds=timeout, cache=None) as client:
