@@ -953,10 +953,19 @@ class ContextEngine:
         """The popup's message for the provider's callback query (its ``code``, ``state``, ``error``, ``iss``).
 
         ``{"type": "mcp-oauth-success", "correlation_id", "tool_id"}`` or ``{"type": "mcp-oauth-error",
-        "code", "message", "correlation_id"}``; render it with ``mcp_oauth.popup_page``. Never raises
+        "code", "message", "correlation_id"}`` (:meth:`mcp_oauth_popup` also renders the page). Never raises
         for a bad callback: every failure is one of the six codes.
         """
         return await self._oauth_flows().complete(params)
+
+    async def mcp_oauth_popup(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], str, dict[str, str]]:
+        """:meth:`complete_mcp_oauth`, with the callback's HTML page and its headers: the page posts the
+        message to the opener on the origin of the tool's ``oauth.redirect_uri`` and nowhere else."""
+        from context_engine.tools.mcp_oauth import popup_page
+
+        payload, origin = await self._oauth_flows().answer(params)
+        page, headers = popup_page(payload, origin)
+        return payload, page, headers
 
     def register_function_tool(
         self,

@@ -258,6 +258,13 @@ async def list_tools(call: Call) -> CoreResponse:
     return CoreResponse(200, {"tools": list(page), "next_cursor": getattr(page, "next_cursor", None)})
 
 
+async def mcp_oauth_callback(call: Call) -> CoreResponse:
+    """The provider's redirect back to the popup: finish the flow and answer the page posting its outcome."""
+    params = {name: call.one(name) for name in ("state", "code", "error", "error_description", "iss")}
+    payload, page, headers = await call.engine.mcp_oauth_popup({k: v for k, v in params.items() if v is not None})
+    return CoreResponse(200 if payload["type"] == "mcp-oauth-success" else 400, page, headers)
+
+
 async def health(call: Call) -> CoreResponse:
     """Liveness: answering at all is the answer; nothing else is looked at or revealed."""
     return CoreResponse(200, {"status": "ok"})

@@ -90,7 +90,7 @@ async def test_registering_starts_the_flow_and_the_tool_then_runs(
     assert outcome["type"] == "mcp-oauth-success"
     out = await tools_engine.execute_tool("mcp_lookup", {"customer": "acme"}, principals=[])
     assert out["result"]["structured"] == {"customer": "acme", "manager": "R. Okafor"}
-    page = popup_page(outcome, "https://app.example.test")
+    page, _ = popup_page(outcome, "https://app.example.test")
     stored = table_rows(database_url, "SELECT sealed FROM ce_mcp_oauth")
     assert len(stored) == 1
     surfaces = [
@@ -128,7 +128,7 @@ async def test_a_declined_consent_is_idp_denied_and_the_providers_words_reach_on
     assert callback["error"] == "access_denied"
     outcome = await tools_engine.complete_mcp_oauth(callback)
     assert_error(outcome, "idp_denied", started["correlation_id"])
-    assert "ticket 4711" not in json.dumps(outcome) + popup_page(outcome, "https://app.example.test")
+    assert "ticket 4711" not in json.dumps(outcome) + popup_page(outcome, "https://app.example.test")[0]
     logged = [m for m in engine_side(caplog) if started["correlation_id"] in m and "ticket 4711" in m]
     assert logged, "the provider's error_description is logged beside the correlation id"
     # the flow is over: the same callback again is an expired attempt, and the tool still needs consent

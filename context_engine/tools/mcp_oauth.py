@@ -23,6 +23,8 @@ or its authorization server, passes the tool's egress check.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import html
 import json
 import logging
@@ -267,6 +269,8 @@ class _Pending:
     code: asyncio.Future[Any]
     task: asyncio.Task[None]
     store: Any
+    #: the host origin the popup posts its message to (that of ``oauth.redirect_uri``)
+    origin: str
 
 
 class McpOAuthFlows:
@@ -322,7 +326,9 @@ class McpOAuthFlows:
         if shown.done():
             url = shown.result()
             state = (parse_qs(urlsplit(url).query).get("state") or [""])[0]
-            self._pending[state] = _Pending(tool_id, correlation_id, code, task, store)
+            self._pending[state] = _Pending(
+                tool_id, correlation_id, code, task, store, origin_of(config["oauth"]["redirect_uri"])
+            )
             task.add_done_callback(lambda _: self._pending.pop(state, None))
             expires = datetime.fromtimestamp(time.time() + self.ttl_seconds, UTC)
             log.info("mcp oauth %s: authorization started for tool %s", correlation_id, tool_id)
@@ -351,8 +357,16 @@ class McpOAuthFlows:
 
     async def complete(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The popup's message for the provider's callback query (``code``/``state``/``error``/``iss``)."""
-        state, code, error = (_value(params, key) for key in ("state", "code", "error"))
+        return (await self.answer(params))[0]
+
+    async def answer(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """The popup's message and the origin to post it to (``None``: the callback matched no flow)."""
+        state = _value(params, "state")
         pending = self._pending.pop(state, None) if state else None
+        return await self._finish(params, state, pending), pending.origin if pending is not None else None
+
+    async def _finish(self, params: Mapping[str, Any], state: str | None, pending: _Pending | None) -> dict[str, Any]:
+        code, error = _value(params, "code"), _value(params, "error")
         correlation_id = pending.correlation_id if pending is not None else new_correlation_id()
         if state is None:
             return self._failed("malformed_callback", correlation_id, "the callback carries no usable state")
@@ -454,31 +468,44 @@ def _detail(exc: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------------------------- popup
-def popup_page(payload: Mapping[str, Any], target_origin: str) -> str:
-    """The callback's HTML: posts ``payload`` to ``window.opener`` on ``target_origin`` only, then closes.
+def popup_page(payload: Mapping[str, Any], target_origin: str | None) -> tuple[str, dict[str, str]]:
+    """The callback's HTML and its headers: posts ``payload`` to ``window.opener`` on ``target_origin``.
 
-    ``target_origin`` is the host's own origin (that of ``oauth.redirect_uri``), never one read
-    from the request, so the message cannot be delivered to another site's window.
+    ``target_origin`` is the host's own origin (that of the tool's ``oauth.redirect_uri``), never
+    one read from the request, so the message cannot reach another site's window; ``None`` (a
+    callback for no flow this process holds) shows the page without posting. The only script
+    is allowed by its hash; nothing is cached, framed or sent on as a referrer (the URL held a code).
     """
-    message = json.dumps(dict(payload), separators=(",", ":"))
-    origin = json.dumps(target_origin)
-    for raw, escaped in (
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("&", "\\u0026"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
-    ):
-        message, origin = message.replace(raw, escaped), origin.replace(raw, escaped)
+    message = _script_literal(dict(payload))
+    post = ""
+    if target_origin:
+        post = f"if(window.opener){{window.opener.postMessage(m,{_script_literal(target_origin)});}}"
+    script = f'(function(){{var m={message};{post}if(m.type!=="{ERROR_TYPE}"){{window.close();}}}})();'
     failed = payload.get("type") == ERROR_TYPE
     headline = str(payload.get("message")) if failed else "Connected. You can close this window."
     reference = html.escape(str(payload.get("correlation_id", "")))
-    return (
+    page = (
         '<!doctype html><html><head><meta charset="utf-8"><title>Connection</title></head><body>'
-        f"<p>{html.escape(headline)}</p><p>Reference: {reference}</p>"
-        f"<script>(function(){{var m={message};if(window.opener){{window.opener.postMessage(m,{origin});}}"
-        'if(m.type!=="mcp-oauth-error"){window.close();}})();</script></body></html>'
+        f"<p>{html.escape(headline)}</p><p>Reference: {reference}</p><script>{script}</script></body></html>"
     )
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    headers = {
+        "Content-Type": "text/html; charset=utf-8",
+        "Content-Security-Policy": f"default-src 'none'; script-src 'sha256-{digest}'; frame-ancestors 'none'",
+        "Cache-Control": "no-store",
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+    }
+    return page, headers
+
+
+def _script_literal(value: Any) -> str:
+    """``value`` as JSON that cannot end the script element or a JavaScript string early."""
+    text = json.dumps(value, separators=(",", ":"))
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                         ("\u2029", "\\u2029")):
+        text = text.replace(raw, escaped)
+    return text
 
 
 def origin_of(url: str) -> str:
