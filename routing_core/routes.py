@@ -307,8 +307,11 @@ _TABLE: tuple[Route, ...] = (
             )
         ),
         html_responses=(
-            (200, "The popup page posting {type: mcp-oauth-success, correlation_id, tool_id} to its opener"),
-            (400, "The popup page posting {type: mcp-oauth-error, code, message, correlation_id} to its opener"),
+            (
+                200,
+                "The popup page, posting its outcome to its opener: {type: mcp-oauth-success, correlation_id, "
+                "tool_id} or {type: mcp-oauth-error, code, message, correlation_id}",
+            ),
         ),
     ),
     Route(
