@@ -11,7 +11,7 @@ import copy
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,7 +26,7 @@ from context_engine.errors import (
     NameTaken,
     NotFound,
 )
-from context_engine.hooks import Hooks
+from context_engine.hooks import Hooks, holding_ingest_usage
 from context_engine.ingest import many
 from context_engine.ingest.batch_embedding import batch_client
 from context_engine.ingest.batch_poll import BatchOutcome, poll_batches
@@ -76,6 +76,10 @@ log = logging.getLogger("context_engine")
 
 FileInput = bytes | str | os.PathLike[str] | IO[bytes]
 _EMBED_BATCH = 64
+
+
+def _stored(report: DocumentReport) -> bool:
+    return report.status in ("completed", "embedding", "batch_pending") and report.document_id is not None
 
 
 class ContextEngine:
@@ -295,6 +299,33 @@ class ContextEngine:
                 batch=batch,
             )
 
+        if mode == "graph":  # its usage event waits for the mode the graph step settles on
+            with holding_ingest_usage() as held:
+                report = await self._ingest_one(run, key, source, name, source_id, acl_list, attributes, mime, batch)
+                await self._graph_step(report)
+            for usage in held:
+                usage.detail.update(mode=report.mode_used or "hybrid", mode_reason=report.mode_reason)
+                await self.hooks.emit("on_usage", usage)
+        else:
+            report = await self._ingest_one(run, key, source, name, source_id, acl_list, attributes, mime, batch)
+        red = self._redactor(caller, None, None)
+        report.name = red.text(report.name) or report.name
+        report.error = red.text(report.error)
+        return _totals([report])
+
+    async def _ingest_one(
+        self,
+        run: Callable[[], Awaitable[DocumentReport]],
+        key: str | None,
+        source: Any,
+        name: str | None,
+        source_id: str | None,
+        acl_list: list[str] | None,
+        attributes: dict[str, Any] | None,
+        mime: str | None,
+        batch: bool,
+    ) -> DocumentReport:
+        """One document through the pipeline (under its idempotency key when given), then its fields."""
         if key is None:
             report = await run()
         else:
@@ -309,22 +340,22 @@ class ContextEngine:
             )
             wait = float(self.config.ingest.write_wait_seconds)
             report = await _keyed_ingest(await self._ready(), source_id, key, digest, run, wait)
-        stored = report.status in ("completed", "embedding", "batch_pending") and report.document_id is not None
-        if self.config.ingest.extract_fields and stored:
+        if self.config.ingest.extract_fields and _stored(report):
             await self._extract_after_ingest(report.document_id)  # type: ignore[arg-type]
-        if mode == "graph" and stored:
-            from context_engine.graph.document import extract_document
+        return report
 
-            try:
-                graph = await extract_document(self.services, report.document_id)  # type: ignore[arg-type]
-                report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
-            except ContextEngineError as exc:  # stored and searchable; its graph facts are missing
-                log.warning("graph extraction failed for document %s (%s)", report.document_id, exc.code)
-                report.mode_used, report.mode_reason = "hybrid", exc.code
-        red = self._redactor(caller, None, None)
-        report.name = red.text(report.name) or report.name
-        report.error = red.text(report.error)
-        return _totals([report])
+    async def _graph_step(self, report: DocumentReport) -> None:
+        """Extract a stored document's graph facts; the report says which mode ran and why."""
+        if not _stored(report):
+            return
+        from context_engine.graph.document import extract_document
+
+        try:
+            graph = await extract_document(self.services, report.document_id)  # type: ignore[arg-type]
+            report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
+        except ContextEngineError as exc:  # stored and searchable; its graph facts are missing
+            log.warning("graph extraction failed for document %s (%s)", report.document_id, exc.code)
+            report.mode_used, report.mode_reason = "hybrid", exc.code
 
     # ------------------------------------------------------------------ bulk ingest
     async def bulk_ingest(
