@@ -118,6 +118,8 @@ class Route:
     #: answers with, per status, beside the single form's answers
     list_item_model: type[BaseModel] | None = None
     list_responses: tuple[tuple[int, str, type[BaseModel]], ...] = ()
+    #: statuses answered with an HTML page instead of JSON, each with its description (the OAuth popup)
+    html_responses: tuple[tuple[int, str], ...] = ()
 
     @property
     def handler(self) -> str:
@@ -287,6 +289,31 @@ _TABLE: tuple[Route, ...] = (
             (504, "The tool did not answer in time", ErrorBody),
         ),
         approval_scope=True,
+    ),
+    Route(
+        "GET",
+        "/tools/oauth/callback",
+        handlers.mcp_oauth_callback,
+        "Where an OAuth provider sends the popup back after connecting an mcp tool (unauthenticated: "
+        "the flow's single-use state is the credential)",
+        public=True,
+        query_params=tuple(
+            (name, {"type": "string"}, doc)
+            for name, doc in (
+                ("state", "the state the flow sent to the provider"),
+                ("code", "the authorization code"),
+                ("error", "the provider's refusal (the popup answers idp_denied)"),
+                ("error_description", "the provider's explanation: logged, never shown"),
+                ("iss", "the authorization server's issuer (RFC 9207), checked by the SDK"),
+            )
+        ),
+        html_responses=(
+            (
+                200,
+                "The popup page, posting its outcome to its opener: {type: mcp-oauth-success, correlation_id, "
+                "tool_id} or {type: mcp-oauth-error, code, message, correlation_id}",
+            ),
+        ),
     ),
     Route(
         "GET",

@@ -138,7 +138,13 @@ async def _run(
 ) -> Any:
     if isinstance(tool, FunctionTool):
         return await tool.call(args)
-    context = kinds.KindContext(http_client_factory=runtime.http_client_factory, resolver=runtime.resolver)
+    context = kinds.KindContext(
+        http_client_factory=runtime.http_client_factory,
+        resolver=runtime.resolver,
+        db=runtime.db,
+        secret_key=runtime.secret_key,
+        tool_id=str(tool.tool_id),
+    )
     return await _kind_of(tool).call(config, args, context)
 
 

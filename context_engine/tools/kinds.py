@@ -39,6 +39,10 @@ class KindContext:
 
     http_client_factory: Callable[[str], httpx.AsyncClient | None] | None = None
     resolver: Resolver | None = None
+    #: the engine's database and secret key, for a kind that keeps per-tool state (OAuth tokens)
+    db: Any = None
+    secret_key: Any = None
+    tool_id: str | None = None
 
 
 @dataclass(frozen=True)
