@@ -82,6 +82,7 @@ async def rank(
     visible_first_share: float | None = None,
     direct_factor: float | None = None,
     kept_bounds: bool = True,
+    postings: bool = True,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best chunks by BM25, ``(id, score)`` best first: the same rows and order as
     scoring every candidate, with most of the per-chunk work skipped.
@@ -135,7 +136,9 @@ async def rank(
         # one round trip for the common case: the weights, and the direct pass when they call for it
         params["bm25_share"] = float(share)
         params["bm25_cap"] = float("inf") if strategy == "full" else float(direct_cap)
-        statement = _weights_then_direct_sql(terms, stats_scope, params, tsquery, chunk_predicate)
+        statement = _weights_then_direct_sql(
+            terms, stats_scope, params, tsquery, chunk_predicate, postings=postings and strategy != "full"
+        )
         found = (await conn.execute(text(statement), params)).all()
         weights = [r[1:9] for r in found if r[0] == 0]
         if weights and found[0][9]:  # the direct pass ran: its rows are the answer
@@ -276,7 +279,13 @@ async def _floor(
 
 
 def _weights_then_direct_sql(
-    terms: str, stats_scope: dict[str, Any], params: dict[str, Any], tsquery: str, chunk_predicate: str
+    terms: str,
+    stats_scope: dict[str, Any],
+    params: dict[str, Any],
+    tsquery: str,
+    chunk_predicate: str,
+    *,
+    postings: bool = True,
 ) -> str:
     """The weights (rows ``(0, lexeme, idf, avgdl, df, n, n_all, NULL, ...)``) and, in the same
     statement, the direct pass (rows ``(1, NULL x 6, id, score, candidates)``, the ``limit`` best)
@@ -288,6 +297,24 @@ def _weights_then_direct_sql(
     weights = _weights_sql(terms, stats_scope, params).removeprefix("WITH ")
     cut = weights.rindex(" ORDER BY qt.lexeme")
     ctes, body = weights[:cut].split(" SELECT qt.lexeme", 1)
+    head = (
+        f"WITH {ctes}, w AS MATERIALIZED (SELECT qt.lexeme{body}), "
+        "k AS MATERIALIZED (SELECT array_agg(w.lexeme) AS lex, max(w.avgdl) AS avgdl FROM w), "
+        "dec AS MATERIALIZED (SELECT coalesce(sum(w.df), 0) <= :bm25_cap AND NOT coalesce(bool_or(w.n <= "
+        ":bm25_share * w.n_all), FALSE) AND count(*) > 0 AS go FROM w), "
+        f"q AS MATERIALIZED (SELECT {tsquery} AS q), "
+    )
+    weight_rows = (
+        "(SELECT 0, w.lexeme, w.idf, w.avgdl, w.df, w.n, w.n_all, w.max_tf, w.min_len, (SELECT go FROM dec), "
+        "NULL::bigint, NULL::float8, NULL::bigint FROM w ORDER BY w.lexeme) UNION ALL "
+    )
+    if postings:
+        restricted = stats_scope.get("principals") is not None or stats_scope.get("source_ids") is not None
+        walked = (
+            "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, o.id, o.r, (SELECT count(*) FROM s) "
+            "FROM o ORDER BY o.r DESC, o.id)"
+        )
+        return f"{head}{_postings_sql(chunk_predicate, visible_groups=restricted)} {weight_rows}{walked}"
     scored = _SCORE.format(
         source="ce_chunks c CROSS JOIN q CROSS JOIN k",
         where=f"WHERE c.tsv @@ q.q AND {chunk_predicate} AND (SELECT go FROM dec)",
@@ -296,15 +323,33 @@ def _weights_then_direct_sql(
         avgdl="k.avgdl",
     )
     return (
-        f"WITH {ctes}, w AS MATERIALIZED (SELECT qt.lexeme{body}), "
-        "k AS MATERIALIZED (SELECT array_agg(w.lexeme) AS lex, max(w.avgdl) AS avgdl FROM w), "
-        "dec AS MATERIALIZED (SELECT coalesce(sum(w.df), 0) <= :bm25_cap AND NOT coalesce(bool_or(w.n <= "
-        ":bm25_share * w.n_all), FALSE) AND count(*) > 0 AS go FROM w), "
-        f"q AS MATERIALIZED (SELECT {tsquery} AS q), s AS ({scored}) "
-        "(SELECT 0, w.lexeme, w.idf, w.avgdl, w.df, w.n, w.n_all, w.max_tf, w.min_len, (SELECT go FROM dec), "
-        "NULL::bigint, NULL::float8, NULL::bigint FROM w ORDER BY w.lexeme) "
-        "UNION ALL (SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.id, s.r, count(*) OVER () "
+        f"{head}s AS ({scored}) {weight_rows}"
+        "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.id, s.r, count(*) OVER () "
         "FROM s ORDER BY s.r DESC, s.id LIMIT :limit)"
+    )
+
+
+def _postings_sql(chunk_predicate: str, *, visible_groups: bool) -> str:
+    """The direct pass over the postings (migration 0020), as CTEs ``s`` (every chunk holding a query
+    term in a group the caller may see, with its score) and ``o`` (the ``limit`` best of them that
+    match the tsquery and the caller's predicate), after the weights' CTEs ``w``, ``vis``, ``dec``, ``q``.
+
+    A chunk's term frequencies and length come from the postings' key (an index-only range per
+    term), not from its ``tsvector``. The scored chunks are then walked best first and each is tested
+    against its own row (the tsquery, which may hold phrases or negations, and the whole predicate)
+    until ``limit`` pass: the ``OFFSET 0`` keeps the test above the sort, so rows below the answer
+    are never read. The score is :data:`_SCORE`'s expression over the same idf and average length.
+    """
+    groups = "JOIN vis ON vis.group_id = p.group_id " if visible_groups else ""
+    return (
+        "s AS MATERIALIZED (SELECT p.chunk_id AS id, sum(w.idf * p.tf * (:bm25_k1 + 1) / (p.tf + :bm25_k1 * "
+        "(1 - :bm25_b + :bm25_b * p.tokens / w.avgdl))) AS r "
+        f"FROM w JOIN ce_bm25_postings p ON p.lexeme = w.lexeme {groups}"
+        "WHERE (SELECT go FROM dec) GROUP BY p.chunk_id), "
+        "o AS (SELECT b.id, b.r FROM (SELECT s.id, s.r FROM s ORDER BY s.r DESC, s.id OFFSET 0) b "
+        "WHERE (SELECT TRUE FROM ce_chunks c WHERE c.id = b.id AND c.tsv @@ (SELECT q.q FROM q) "
+        f"AND {chunk_predicate}) "
+        "ORDER BY b.r DESC, b.id LIMIT :limit)"
     )
 
 
