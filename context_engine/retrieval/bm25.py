@@ -44,6 +44,13 @@ BOUND_DEPTH = 16
 #: direct pass does less work (SciFact, limit 200: 20 ms direct against 24 ms bounded at the median).
 DIRECT_FACTOR = 2.0
 
+#: the direct pass over the postings table (migration 0020) is taken up to this many postings (summed
+#: document frequencies the caller may see), whatever the depth: it reads about a microsecond's work
+#: per posting where the bounded and gated passes read each candidate's ``tsvector``. On SciFact
+#: (limit 200, 100 claims, load about 10) taking it for every query instead of only within
+#: :data:`DIRECT_FACTOR` moved the leg's p95 from 203 to 61 ms, the same answers (benchmarks/README.md).
+POSTINGS_DIRECT = 40_000
+
 #: how :func:`rank` may find the top rows; the first is the default.
 STRATEGIES = ("pruned", "bounded", "full")
 
@@ -100,7 +107,11 @@ async def rank(
       score, nothing left out can enter the top ``limit``; otherwise every candidate is scored.
     * ``direct`` (taken by ``bounded`` and ``pruned`` when the query's postings are at most
       ``direct_factor``, by default :data:`DIRECT_FACTOR`, times the rows the bounded pass would
-      score): every candidate is scored, as bounding them first would cost more than it saves.
+      score, or, over the postings table, at most :data:`POSTINGS_DIRECT` unless ``direct_factor``
+      is given): every candidate is scored, as bounding them first would cost more than it saves.
+      With ``postings`` (the default) and the caller's candidates read from the postings, the
+      scores come from the postings table (migration 0020, see :func:`_postings_sql`), and only the
+      best-scored chunks are read; otherwise from each candidate's ``tsvector``.
     * ``pruned`` (the default; the ``bounded`` pass when the query's postings total less than
       ``prune_from``, by default :data:`PRUNE_FROM`): first a floor, the ``limit``-th exact score
       among chunks holding the rarest terms (any ``limit`` candidates' scores give a floor under the true ``limit``-th
@@ -135,10 +146,10 @@ async def rank(
     if as_of is None:
         # one round trip for the common case: the weights, and the direct pass when they call for it
         params["bm25_share"] = float(share)
-        params["bm25_cap"] = float("inf") if strategy == "full" else float(direct_cap)
-        statement = _weights_then_direct_sql(
-            terms, stats_scope, params, tsquery, chunk_predicate, postings=postings and strategy != "full"
-        )
+        by_postings = postings and strategy != "full"
+        cap = max(direct_cap, POSTINGS_DIRECT) if by_postings and direct_factor is None else direct_cap
+        params["bm25_cap"] = float("inf") if strategy == "full" else float(cap)
+        statement = _weights_then_direct_sql(terms, stats_scope, params, tsquery, chunk_predicate, postings=by_postings)
         found = (await conn.execute(text(statement), params)).all()
         weights = [r[1:9] for r in found if r[0] == 0]
         if weights and found[0][9]:  # the direct pass ran: its rows are the answer
