@@ -167,8 +167,8 @@ async def rank(
     params["bm25_idf"] = [float(w[1]) for w in weights]
     params["bm25_avgdl"] = float(weights[0][2])
     chunks = Candidates(chunk_predicate, float(weights[0][4]) <= share * float(weights[0][5]))
-    postings = sum(float(w[3]) for w in weights)
-    direct = strategy != "full" and postings <= direct_cap
+    total_postings = sum(float(w[3]) for w in weights)
+    direct = strategy != "full" and total_postings <= direct_cap
     if strategy == "full" or direct:
         rows = (await conn.execute(text(_full_sql(tsquery, chunks)), params)).all()
         if report is not None:
@@ -184,7 +184,8 @@ async def rank(
         bounds.append(f"CASE WHEN c.tsv @@ CAST(:bm25_t{i} AS tsquery) THEN CAST(:bm25_u{i} AS float8) ELSE 0 END")
     bound_sql = " + ".join(bounds)
     gate = None
-    if strategy == "pruned" and len(weights) > 1 and postings >= (PRUNE_FROM if prune_from is None else prune_from):
+    prune_at = PRUNE_FROM if prune_from is None else prune_from
+    if strategy == "pruned" and len(weights) > 1 and total_postings >= prune_at:
         floor = await _floor(conn, tsquery, chunks, bound_sql, params, weights, term_bounds, limit)
         if floor > 0:
             gate = bm25_gate.reaching(list(zip(params["bm25_lex"], term_bounds, strict=True)), floor)
