@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from context_engine.config import ContextEngineConfig
 from context_engine.errors import ConfigError
-from context_engine.llm.base import HttpClientFactory, LLMClient
+from context_engine.llm.base import LLMClient
+from context_engine.providers.http import HttpClientFactory
 from context_engine.rerank.base import Reranker
 
 
