@@ -8,7 +8,9 @@ would make unrelated files look alike.
 
 A near-copy is a maximal run of at least ``--lines`` consecutive shaped lines found at two places
 (two files, or two places of one file that do not overlap); a run found at ``k`` places counts
-``k * (k - 1) / 2`` pairs. Nothing is imported: the files are only tokenized.
+``k * (k - 1) / 2`` pairs. Six lines of only a few shapes repeated (a block of constants or fields)
+are a list rather than logic, so a window counts only with ``--min-distinct`` different shapes.
+Nothing is imported: the files are only tokenized.
 
     python benchmarks/near_copies.py                     # context_engine/, 6 lines
     python benchmarks/near_copies.py --show context_engine/embeddings context_engine/llm
@@ -96,13 +98,19 @@ def shaped_lines(source: str) -> list[Line]:
     return lines
 
 
-def near_copies(files: list[Path], window: int = 6) -> list[Pair]:
-    """Every maximal run of ``window`` or more shaped lines that two places share."""
+def near_copies(files: list[Path], window: int = 6, min_distinct: int = 4) -> list[Pair]:
+    """Every maximal run of ``window`` or more shaped lines that two places share.
+
+    A window of fewer than ``min_distinct`` different shapes is a list (constants, fields, one-line
+    exception classes, a table), not copied logic, and is not counted; ``min_distinct=1`` counts all.
+    """
     shaped = {str(path.relative_to(ROOT)): shaped_lines(path.read_text(encoding="utf-8")) for path in files}
     seen: dict[tuple[str, ...], list[tuple[str, int]]] = defaultdict(list)
     for name, lines in shaped.items():
         for i in range(len(lines) - window + 1):
-            seen[tuple(line.shape for line in lines[i : i + window])].append((name, i))
+            shapes = tuple(line.shape for line in lines[i : i + window])
+            if len(set(shapes)) >= min_distinct:
+                seen[shapes].append((name, i))
     matching: set[tuple[str, int, str, int]] = set()
     for places in seen.values():
         for a in range(len(places)):
@@ -141,16 +149,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", default=["context_engine"], help="folders or files, from the repo root")
     parser.add_argument("--lines", type=int, default=6, help="shortest run that counts (default 6)")
+    parser.add_argument("--min-distinct", type=int, default=4,
+                        help="different shapes a window needs to count (default 4; 1 counts lists too)")  # fmt: skip
     parser.add_argument("--show", action="store_true", help="list every pair")
     args = parser.parse_args()
     files = python_files(args.paths)
-    pairs = near_copies(files, args.lines)
+    pairs = near_copies(files, args.lines, args.min_distinct)
     if args.show:
         for pair in sorted(pairs, key=lambda p: (-p.length, p.first)):
             (fa, a1, a2), (fb, b1, b2) = pair.first, pair.second
             print(f"{pair.length:3d} lines  {fa}:{a1}-{a2}  ~  {fb}:{b1}-{b2}")
-    print(f"{len(pairs)} pairs of places share {args.lines}+ same-shape lines across {len(files)} files "
-          f"({', '.join(args.paths)})")  # fmt: skip
+    print(f"{len(pairs)} pairs of places share {args.lines}+ same-shape lines (windows of {args.min_distinct}+ "
+          f"different shapes) across {len(files)} files ({', '.join(args.paths)})")  # fmt: skip
 
 
 if __name__ == "__main__":
