@@ -16,8 +16,4 @@ def build_embedder(config: EmbeddingConfig, http_client_factory: HttpClientFacto
     SDKs (cohere, voyage, google-genai) are imported here, so a missing extra fails at startup with its install
     command rather than on the first request.
     """
-    provider = registry.embedding_provider(config.provider)
-    embedder = registry.builder(provider)(config, http_client_factory)
-    if not isinstance(embedder, Embedder):
-        raise TypeError(f"embedding provider {provider.name!r} built {type(embedder).__name__}, not an Embedder")
-    return embedder
+    return registry.build(registry.embedding_provider(config.provider), config, http_client_factory, Embedder)

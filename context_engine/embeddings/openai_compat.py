@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
@@ -16,12 +15,11 @@ from context_engine.embeddings.tokens import TokenCounter
 from context_engine.errors import ConfigError, ProviderError
 from context_engine.providers.failures import BatchTooLarge as BatchTooLarge  # its former home
 from context_engine.providers.http import HttpClientFactory
+from context_engine.providers.openai_wire import OPENAI_DEFAULT_BASE_URL, auth_headers, azure_deployment_url
 from context_engine.providers.redact import error_snippet as error_snippet  # its former home
 from context_engine.providers.retry import parse_retry_after as parse_retry_after  # its former home
 
-OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
-AZURE_DEFAULT_API_VERSION = "2024-10-21"
 #: per-input caps in tokens (the provider table); ``embedding.max_input_tokens`` overrides
 OPENAI_MAX_INPUT_TOKENS = 8192
 OPENAI_NATIVE_DIMS: dict[str, int] = {
@@ -69,9 +67,8 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
                 )
             # the model name is part of the embedding key; the deployment name stands in when unset
             self.model = config.model or config.deployment
-            deployment = quote(config.deployment, safe="")
-            self._url = f"{config.base_url.rstrip('/')}/openai/deployments/{deployment}/embeddings"
-            self._params = {"api-version": config.api_version or AZURE_DEFAULT_API_VERSION}
+            self._url, self._params = azure_deployment_url(config.base_url, config.deployment, "embeddings",
+                                                           config.api_version)  # fmt: skip
         flexible = self.model.startswith("text-embedding-3")
         if provider == "custom" and config.dim is not None:  # always set for custom: refused above otherwise
             self.dim, self._output_dim = config.dim, (config.dim if flexible else None)
@@ -84,11 +81,7 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         return self._tokens.count(text)
 
     def _headers(self) -> dict[str, str]:
-        if not self._api_key:
-            return {}
-        if self.provider == "azure_openai":
-            return {"api-key": self._api_key}
-        return {"Authorization": f"Bearer {self._api_key}"}
+        return auth_headers(self.provider, self._api_key)
 
     def _payload(self, texts: list[str]) -> dict[str, Any]:
         payload: dict[str, Any] = {"input": texts}

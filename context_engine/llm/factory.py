@@ -14,8 +14,4 @@ def build_llm(config: LLMConfig, http_client_factory: HttpClientFactory | None =
     ``http_client_factory("llm")`` may hand over the host's long-lived httpx client; the engine
     never closes it. Returning None makes the provider build its own, closed by ``aclose()``.
     """
-    provider = registry.llm_provider(config.provider)
-    client = registry.builder(provider)(config, http_client_factory)
-    if not isinstance(client, LLMClient):
-        raise TypeError(f"llm provider {provider.name!r} built {type(client).__name__}, not an LLMClient")
-    return client
+    return registry.build(registry.llm_provider(config.provider), config, http_client_factory, LLMClient)

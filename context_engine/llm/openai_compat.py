@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import Any, Final
-from urllib.parse import quote
 
 import httpx
 
@@ -35,12 +34,11 @@ from context_engine.llm.base import (
 from context_engine.llm.base import schema_instructions as schema_instructions  # its former home
 from context_engine.providers.failures import status_failure, transport_failure
 from context_engine.providers.http import HttpClientFactory, HttpClientHolder
+from context_engine.providers.openai_wire import OPENAI_DEFAULT_BASE_URL, auth_headers, azure_deployment_url
 from context_engine.providers.redact import secret_of
 from context_engine.providers.retry import with_retries
 
-OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_DEFAULT_MODEL = "gpt-4o-mini"
-AZURE_DEFAULT_API_VERSION = "2024-10-21"
 PURPOSE: Final = "llm"
 
 #: an error that names the structured-output parameter (a downgrade is worth trying)
@@ -76,9 +74,8 @@ class OpenAICompatibleLLM(LLMClient):
                     "and llm.deployment."
                 )
             self.model = config.model or config.deployment
-            deployment = quote(config.deployment, safe="")
-            self._url = f"{config.base_url.rstrip('/')}/openai/deployments/{deployment}/chat/completions"
-            self._params = {"api-version": config.api_version or AZURE_DEFAULT_API_VERSION}
+            self._url, self._params = azure_deployment_url(config.base_url, config.deployment, "chat/completions",
+                                                           config.api_version)  # fmt: skip
         else:
             if not config.base_url or not config.model:
                 raise ConfigError(
@@ -91,11 +88,7 @@ class OpenAICompatibleLLM(LLMClient):
         self._http = HttpClientHolder(http_client_factory, PURPOSE, config.timeout)
 
     def _headers(self) -> dict[str, str]:
-        if not self._api_key:
-            return {}
-        if self.provider == "azure_openai":
-            return {"api-key": self._api_key}
-        return {"Authorization": f"Bearer {self._api_key}"}
+        return auth_headers(self.provider, self._api_key)
 
     def _payload(
         self, system: str, messages: list[dict[str, Any]], schema: dict[str, Any] | None, name: str, native: bool

@@ -17,10 +17,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from context_engine.errors import ConfigError
 from context_engine.providers.http import HttpClientFactory
+
+T = TypeVar("T")
 
 #: ``build(config_section, http_client_factory)``: an ``Embedder`` or an ``LLMClient``
 Builder = Callable[[Any, HttpClientFactory | None], Any]
@@ -106,12 +108,17 @@ def llm_provider(name: str) -> LLMProvider:
         raise ConfigError(f"unknown llm provider {name!r}") from None
 
 
-def builder(provider: EmbeddingProvider | LLMProvider) -> Builder:
-    """The provider's builder, importing its module when it is named by path."""
-    if not isinstance(provider.build, str):
-        return provider.build
-    module, _, attribute = provider.build.partition(":")
-    built: Builder = getattr(importlib.import_module(module), attribute)
+def build(provider: EmbeddingProvider | LLMProvider, config: Any, http_client_factory: HttpClientFactory | None,
+          expected: type[T]) -> T:  # fmt: skip
+    """What the provider's builder makes of ``config`` (its module imported when named by path),
+    checked to be an ``expected`` (``Embedder`` or ``LLMClient``)."""
+    builder = provider.build
+    if isinstance(builder, str):
+        module, _, attribute = builder.partition(":")
+        builder = getattr(importlib.import_module(module), attribute)
+    built = builder(config, http_client_factory)
+    if not isinstance(built, expected):
+        raise TypeError(f"provider {provider.name!r} built {type(built).__name__}, not {expected.__name__}")
     return built
 
 
