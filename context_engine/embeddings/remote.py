@@ -96,6 +96,8 @@ class RemoteEmbedder(Embedder):
         self.max_input_tokens = config.max_input_tokens or self.max_input_tokens_default
         self._http = HttpClientHolder(http_client_factory, HTTP_CLIENT_PURPOSE, config.timeout)
         self._client: Any = None
+        #: the width sent to a model that can shorten its output (None: its native width)
+        self._output_dim: int | None = None
 
     def size(self, flexible: bool) -> None:
         """Set ``dim`` (and the width to ask for) from the settings and the model's table entry."""

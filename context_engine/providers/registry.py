@@ -17,12 +17,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from context_engine.errors import ConfigError
 from context_engine.providers.http import HttpClientFactory
-
-T = TypeVar("T")
 
 #: ``build(config_section, http_client_factory)``: an ``Embedder`` or an ``LLMClient``
 Builder = Callable[[Any, HttpClientFactory | None], Any]
@@ -109,9 +107,9 @@ def llm_provider(name: str) -> LLMProvider:
 
 
 def build(provider: EmbeddingProvider | LLMProvider, config: Any, http_client_factory: HttpClientFactory | None,
-          expected: type[T]) -> T:  # fmt: skip
+          expected: type[Any]) -> Any:  # fmt: skip
     """What the provider's builder makes of ``config`` (its module imported when named by path),
-    checked to be an ``expected`` (``Embedder`` or ``LLMClient``)."""
+    checked to be an ``expected`` (``Embedder`` or ``LLMClient``: the factories' return types)."""
     builder = provider.build
     if isinstance(builder, str):
         module, _, attribute = builder.partition(":")
