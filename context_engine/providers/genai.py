@@ -24,9 +24,11 @@ from context_engine.providers.sdk import import_sdk
 log = logging.getLogger("context_engine.embeddings.gemini")
 
 
+_NEEDS = "The gemini and vertex_ai providers need the google-genai SDK"
+
+
 def import_genai() -> Any:
-    return import_sdk("google.genai", needed_by="The gemini and vertex_ai providers need the google-genai SDK",
-                      extra="gemini")  # fmt: skip
+    return import_sdk("google.genai", needed_by=_NEEDS, extra="gemini")
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,7 @@ class GenaiFailure:
 
 def read_genai_error(exc: BaseException) -> GenaiFailure | None:
     """The status, body and headers of a ``google.genai.errors.APIError``; None for any other exception."""
-    from google.genai import errors
-
+    errors = import_sdk("google.genai.errors", needed_by=_NEEDS, extra="gemini")
     if not isinstance(exc, errors.APIError):
         return None
     response = getattr(exc, "response", None)
@@ -103,8 +104,7 @@ def credentials_failure(provider: str, exc: BaseException) -> Exception | None:
     reached may pass on retry; a refused refresh is final. The exception text is not repeated: it
     can quote the token endpoint's reply.
     """
-    from google.auth import exceptions as auth_errors
-
+    auth_errors = import_sdk("google.auth.exceptions", needed_by=_NEEDS, extra="gemini")
     if isinstance(exc, auth_errors.DefaultCredentialsError):
         return ConfigError(
             f"provider {provider!r} found no application default credentials: set GOOGLE_APPLICATION_CREDENTIALS, "
