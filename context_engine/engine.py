@@ -66,7 +66,7 @@ from context_engine.services import Consistency, HttpClientFactory, Services
 from context_engine.storage import repository as repo
 from context_engine.storage import stored_text
 from context_engine.storage.predicates import ReadScope
-from context_engine.validation import check_json_object, check_text
+from context_engine.validation import check_json_object, check_question, check_text
 from context_engine.write_access import WriteAccess, WritePolicy, WriteTarget
 
 if TYPE_CHECKING:
@@ -550,7 +550,7 @@ class ContextEngine:
         Hits are redacted by the output policy (the engine's, the view's, or this call's)
         before they are returned.
         """
-        query = _check_query(query)
+        query = check_question(query, "query", MAX_QUERY_CHARS)
         if group_by not in ("chunk", "document"):
             raise InvalidRequest('group_by must be "chunk" (passages) or "document"')
         if mode is not None and mode not in ("auto", "hybrid", "graph"):
@@ -801,7 +801,7 @@ class ContextEngine:
         """
         from context_engine.knowledge.pipeline import knowledge_query
 
-        query = _check_query(query)
+        query = check_question(query, "query", MAX_QUERY_CHARS)
         top_k = _check_top_k(top_k, KNOWLEDGE_TOP_K_MAX)
         if not isinstance(expand, bool) or not isinstance(rerank, bool):
             raise InvalidRequest("expand and rerank must be booleans")
@@ -1429,14 +1429,6 @@ def _clean_acl(acl: Sequence[str] | None) -> list[str]:
     if isinstance(acl, str) or not all(isinstance(a, str) and a.strip() for a in acl):
         raise InvalidRequest("acl must be a list of non-empty strings")
     return sorted(set(acl))
-
-
-def _check_query(query: Any) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidRequest("query must be a non-empty string")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InvalidRequest(f"query is longer than {MAX_QUERY_CHARS} characters")
-    return query.strip()
 
 
 def _check_top_k(top_k: Any, maximum: int) -> int:

@@ -13,7 +13,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -27,6 +26,7 @@ from context_engine.errors import (
     known_failure,
 )
 from context_engine.hooks import Hooks
+from context_engine.providers.http import HttpClientFactory
 from context_engine.revisions.as_of import check_type
 from context_engine.storage.database import Database
 from context_engine.storage.migrate import migrate
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("context_engine.migrate")
 
-HttpClientFactory = Callable[[str], "httpx.AsyncClient | None"]
 #: where a read may run: ``replica`` (a read replica when one is configured and up; may lag the
 #: writer) or ``primary`` (the writer: reads its own writes)
 Consistency = Literal["replica", "primary"]

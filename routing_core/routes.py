@@ -338,11 +338,3 @@ _TABLE: tuple[Route, ...] = (
 ROUTES: tuple[Route, ...] = tuple(
     dataclasses.replace(r, scope=r.scope or scope_for(r.path)) if not r.public else r for r in _TABLE
 )
-
-
-def templates() -> list[tuple[str, list[str]]]:
-    """Each path of the route table once, with its methods, in table order."""
-    found: dict[str, list[str]] = {}
-    for route in ROUTES:
-        found.setdefault(route.path, []).append(route.method)
-    return list(found.items())
