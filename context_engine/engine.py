@@ -319,9 +319,9 @@ class ContextEngine:
         key: str | None,
         source: Any,
         name: str | None,
-        source_id: str | None,
-        acl_list: list[str] | None,
-        attributes: dict[str, Any] | None,
+        source_id: str,
+        acl_list: list[str],
+        attributes: dict[str, Any],
         mime: str | None,
         batch: bool,
     ) -> DocumentReport:

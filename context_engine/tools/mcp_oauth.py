@@ -159,9 +159,11 @@ def host_transport(factory: Callable[[str], Any] | None) -> Any:
             code="invalid_http_client",
         )
 
+    host_client: httpx2.AsyncClient = supplied
+
     class ThroughHostClient(httpx2.AsyncBaseTransport):
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-            return await supplied.send(request, stream=True, follow_redirects=False)
+            return await host_client.send(request, stream=True, follow_redirects=False)
 
     return ThroughHostClient()
 
@@ -322,7 +324,8 @@ class McpOAuthFlows:
         provider = _provider(config, store, redirect, callback)
         task = loop.create_task(_connect(config, store, provider, resolver, transport))
         timeout = float(config.get("timeout", 30.0))
-        await asyncio.wait({shown, task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {shown, task}
+        await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if shown.done():
             url = shown.result()
             state = (parse_qs(urlsplit(url).query).get("state") or [""])[0]
