@@ -434,7 +434,8 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     # history: the versions a caller may see, and a read as of an earlier revision
     r["versions"] = call("GET", f"/documents/{hr_id}/versions")
     r["versions_hidden"] = call("GET", f"/documents/{hr_id}/versions", who=ENG)
-    r["get_as_of_first"] = call("GET", f"/documents/{hr_id}", query={"as_of": 1})
+    filed_at = r["ingest_text"].body["documents"][0]["revision"]  # a caller's handle, passed back as as_of
+    r["get_as_of_first"] = call("GET", f"/documents/{hr_id}", query={"as_of": filed_at})
     r["get_as_of_bad"] = call("GET", f"/documents/{hr_id}", query={"as_of": "later"})
 
     # governed tools: listed and run for the caller's principals only
