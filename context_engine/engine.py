@@ -59,8 +59,8 @@ from context_engine.redaction import RedactionPolicy
 from context_engine.redaction.apply import IngestScrubber, Redactor, effective_key
 from context_engine.retrieval.retriever import Retriever
 from context_engine.retrieval.search import search as run_search
-from context_engine.revisions import as_of as revisions_as_of
 from context_engine.revisions import idempotency, keyed, retention
+from context_engine.revisions import view as revision_view
 from context_engine.revisions.models import DocumentVersion, VacuumReport
 from context_engine.services import Consistency, HttpClientFactory, Services
 from context_engine.storage import repository as repo
@@ -202,9 +202,27 @@ class ContextEngine:
         """The pool for the running loop; migrates (or checks) the schema once per engine."""
         return await self.services.db()
 
-    async def revision(self) -> int:
-        """The store's current monotonic revision."""
-        return await repo.current_revision(await self._ready())
+    async def revision(self, *, principals: Principals = None) -> int:
+        """The store's current monotonic revision; with non-trusted ``principals``, the handle of the
+        revision of that caller's view (the last one that changed a document it may read), which is
+        what every other answer to that caller is told (docs/revisions.md, "What a caller is told")."""
+        db = await self._ready()
+        caller = None if principals is None else resolve(principals)
+        if caller is None:
+            return await repo.current_revision(db)
+        revs = await revision_view.for_caller(db, caller)
+        return revs.told(await revision_view.view_revision(db, caller))
+
+    async def revision_handle(self, revision: int) -> int:
+        """The handle non-trusted callers are told for the store's ``revision`` (a host's call: e.g. to
+        give a tenant a revision the host recorded with ``revision()``)."""
+        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+            raise InvalidRequest("revision must be a non-negative integer")
+        revs = await revision_view.for_caller(await self._ready(), ())
+        return revs.told(revision)
+
+    async def _revisions(self, caller: tuple[str, ...] | None) -> revision_view.CallerRevisions:
+        return await revision_view.for_caller(await self._ready(), caller)
 
     # ------------------------------------------------------------------ read replicas
     async def read_replicas(self) -> list[dict[str, Any]]:
@@ -311,6 +329,7 @@ class ContextEngine:
         red = self._redactor(caller, None, None)
         report.name = red.text(report.name) or report.name
         report.error = red.text(report.error)
+        report.revision = (await self._revisions(caller)).told_or_none(report.revision)
         return _totals([report])
 
     async def _ingest_one(
@@ -435,6 +454,7 @@ class ContextEngine:
         results: dict[int, DocumentReport | ContextEngineError] = {}
         entries: list[many.Entry] = []
         raw: dict[int, dict[str, Any]] = {}
+        told: set[int] = set()
         for index, document in enumerate(documents):
             try:
                 raw[index] = _batch_fields(document)
@@ -447,10 +467,12 @@ class ContextEngine:
             if fields.get("file") is not None:
                 fields["file"] = entry.source  # already opened (and read back to its start)
             report = await self.ingest(**fields, principals=principals)
+            told.add(entry.index)  # ingest already told its revision in the caller's terms
             return report.documents[0]
 
         results.update(await many.BatchIngestor(self._ingestor).ingest(entries, caller, single))
         red = self._redactor(caller, None, None)
+        revs = await self._revisions(caller)
         items = []
         for index in range(len(documents)):
             outcome = results[index]
@@ -462,6 +484,8 @@ class ContextEngine:
                 await self._extract_after_ingest(outcome.document_id)  # type: ignore[arg-type]
             outcome.name = red.text(outcome.name) or outcome.name
             outcome.error = red.text(outcome.error)
+            if index not in told:
+                outcome.revision = revs.told_or_none(outcome.revision)
             items.append(IngestManyItem(index=index, report=outcome))
         return IngestManyReport(items=items, totals=_batch_totals(items))
 
@@ -567,8 +591,12 @@ class ContextEngine:
         ):
             raise InvalidRequest(f"compress_to_tokens must be an integer between 1 and {MAX_COMPRESS_TOKENS}")
 
+        revs = await self._revisions(caller)
+        at, floor = revs.heard(as_of), revs.heard(min_revision, "min_revision")
+
         async def read() -> SearchResult:
-            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of, trusted=caller is None)
+            db = await self.services.read_db()
+            revision = await revision_view.resolve(db, at, revs, caller, source_ids=sources, document_ids=documents)
             scope = ReadScope(caller, sources, documents, as_of=revision)
             return await run_search(
                 self._retriever,
@@ -582,11 +610,17 @@ class ContextEngine:
             )
 
         result, server = await self.services.reading(
-            read, consistency=consistency, as_of=as_of, min_revision=min_revision
+            read, consistency=consistency, as_of=at, min_revision=floor, trusted=caller is None
         )
         result.usage["read_from"] = server
         if caller is not None and not explain:  # its figures count rows of every tenant
             result.usage.pop("vector_plan", None)
+        if caller is not None:  # chunk ids come from one sequence for every tenant: told as handles
+            passages = {id(h): h for h in result.hits}
+            for grouped in result.documents or []:
+                passages.update({id(h): h for h in grouped.passages})
+            for hit in passages.values():
+                hit.chunk_id = revs.told_chunk(hit.chunk_id)
         return result
 
     # ------------------------------------------------------------------ documents
@@ -614,17 +648,22 @@ class ContextEngine:
         if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
             raise InvalidRequest("version must be a positive integer")
 
+        revs = await self._revisions(caller)
+        at, floor = revs.heard(as_of), revs.heard(min_revision, "min_revision")
+
         async def read() -> dict[str, Any] | None:
             db = await self.services.read_db()
-            scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of, trusted=caller is None))
+            scope = ReadScope(caller, as_of=await revision_view.resolve(db, at, revs, caller, document_ids=[doc_id]))
             return await repo.get_document(db, doc_id, scope, with_text=include_text, version=version)
 
         where = "primary" if version is not None and consistency == "replica" else consistency
-        row, _ = await self.services.reading(read, consistency=where, as_of=as_of, min_revision=min_revision)
+        row, _ = await self.services.reading(
+            read, consistency=where, as_of=at, min_revision=floor, trusted=caller is None
+        )
         if row is None:
             what = f"version {version} of document" if version is not None else "document"
             raise NotFound(f"{what} {document_id} not found")
-        return _document(row, trusted=caller is None, red=red)
+        return _document(row, revs=revs, red=red)
 
     async def document_versions(
         self,
@@ -642,8 +681,17 @@ class ContextEngine:
         rows = await repo.document_versions(await self._ready(), doc_id, ReadScope(caller))
         if not rows:
             raise NotFound(f"document {document_id} not found")
+        revs = await self._revisions(caller)
         return [
-            DocumentVersion(**{**r, "name": red.text(r["name"]), "attributes": red.obj(r["attributes"] or {})})
+            DocumentVersion(
+                **{
+                    **r,
+                    "name": red.text(r["name"]),
+                    "attributes": red.obj(r["attributes"] or {}),
+                    "valid_from": revs.told(r["valid_from"]),
+                    "valid_to": revs.told_or_none(r["valid_to"]),
+                }
+            )
             for r in rows
         ]
 
@@ -669,15 +717,21 @@ class ContextEngine:
         after = _decode_cursor(cursor) if cursor else None
         sources = _check_ids("source_ids", source_ids)
 
+        revs = await self._revisions(caller)
+        at, floor = revs.heard(as_of), revs.heard(min_revision, "min_revision")
+
         async def read() -> list[dict[str, Any]]:
             db = await self.services.read_db()
-            scope = ReadScope(caller, sources, as_of=await revisions_as_of.resolve(db, as_of, trusted=caller is None))
+            revision = await revision_view.resolve(db, at, revs, caller, source_ids=sources)
+            scope = ReadScope(caller, sources, as_of=revision)
             return await repo.list_documents(db, scope, limit=limit + 1, after=after)
 
-        rows, _ = await self.services.reading(read, consistency=consistency, as_of=as_of, min_revision=min_revision)
+        rows, _ = await self.services.reading(
+            read, consistency=consistency, as_of=at, min_revision=floor, trusted=caller is None
+        )
         more = len(rows) > limit
         rows = rows[:limit]
-        docs = [_document(r, trusted=caller is None, red=red) for r in rows]
+        docs = [_document(r, revs=revs, red=red) for r in rows]
         next_cursor = _encode_cursor(rows[-1]) if more and rows else None
         return DocumentPage(documents=docs, next_cursor=next_cursor)
 
@@ -737,7 +791,8 @@ class ContextEngine:
         principals: Principals = None,
         idempotency_key: str | None = None,
     ) -> int:
-        """Delete from the next revision on; returns that revision (reads as of earlier ones still see it).
+        """Delete from the next revision on; returns that revision (reads as of earlier ones still see
+        it), told as a handle to a non-trusted caller.
 
         With ``idempotency_key`` a retry is a no-op that returns the revision of the first delete.
         """
@@ -753,7 +808,7 @@ class ContextEngine:
         if revision is None:
             raise NotFound(f"document {document_id} not found")
         await self.repair_graph(doc_id)  # frequencies, orphans, touched communities (one query without a graph)
-        return revision
+        return (await self._revisions(caller)).told(revision)
 
     async def vacuum_revisions(self, keep_after: int) -> VacuumReport:
         """Remove history no revision from ``keep_after`` on can see; reads as of earlier revisions
@@ -769,9 +824,15 @@ class ContextEngine:
     ) -> Stats:
         caller = resolve(principals)
         db = await self._ready()
-        revision = await revisions_as_of.resolve(db, as_of, trusted=caller is None)
-        scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=revision)
-        return Stats(**await repo.stats(db, scope))
+        revs = await self._revisions(caller)
+        at, sources = revs.heard(as_of), _check_ids("source_ids", source_ids)
+        revision = await revision_view.resolve(db, at, revs, caller, source_ids=sources)
+        found = await repo.stats(db, ReadScope(caller, sources, as_of=revision))
+        if caller is not None:  # the revision of its view, at the revision it asked about
+            found["revision"] = revs.told(
+                await revision_view.view_revision(db, caller, source_ids=sources, as_of=revision)
+            )
+        return Stats(**found)
 
     # ------------------------------------------------------------------ knowledge
     async def knowledge_query(
@@ -808,8 +869,12 @@ class ContextEngine:
         caller = resolve(principals)
         sources = _check_ids("source_ids", source_ids)
 
+        revs = await self._revisions(caller)
+        at, floor = revs.heard(as_of), revs.heard(min_revision, "min_revision")
+
         async def read() -> KnowledgeResult:
-            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of, trusted=caller is None)
+            db = await self.services.read_db()
+            revision = await revision_view.resolve(db, at, revs, caller, source_ids=sources)
             return await knowledge_query(
                 self._retriever,
                 self._redactor(caller, redaction, redaction_secret_key),
@@ -823,7 +888,11 @@ class ContextEngine:
                 as_of=revision,
             )
 
-        result, _ = await self.services.reading(read, consistency=consistency, as_of=as_of, min_revision=min_revision)
+        result, _ = await self.services.reading(
+            read, consistency=consistency, as_of=at, min_revision=floor, trusted=caller is None
+        )
+        for match in result.matches if caller is not None else []:
+            match.chunk_id = str(revs.told_chunk(int(match.chunk_id)))
         return result
 
     async def link_agent_sources(
@@ -1462,7 +1531,8 @@ def _check_uuids(values: Sequence[str] | None) -> list[str] | None:
         raise InvalidRequest("document_ids must be document id strings (UUIDs)") from None
 
 
-def _document(row: dict[str, Any], *, trusted: bool, red: Redactor) -> Document:
+def _document(row: dict[str, Any], *, revs: revision_view.CallerRevisions, red: Redactor) -> Document:
+    trusted = revs.trusted
     reason = shown_failure(row.get("failure_reason"))
     return Document(
         id=str(row["id"]),
@@ -1476,7 +1546,7 @@ def _document(row: dict[str, Any], *, trusted: bool, red: Redactor) -> Document:
         failure_message=FAILURE_MESSAGES.get(reason) if reason else None,
         error=red.text(row.get("error")) if trusted else None,
         version=row["version"],
-        revision=row["updated_revision"],
+        revision=revs.told(row["updated_revision"]),
         chunk_count=row["chunk_count"],
         meta=red.obj(row["meta"] or {}),
         created_at=row["created_at"],

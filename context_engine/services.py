@@ -183,12 +183,15 @@ class Services:
         consistency: Consistency = "replica",
         as_of: object = None,
         min_revision: object = None,
+        trusted: bool = True,
     ) -> tuple[T, str]:
         """Run the read ``work`` on one server and say which (``"primary"`` or ``"replica N"``).
 
         A replica must have applied ``min_revision`` and ``as_of`` (a state it has not reached cannot be
         read there): one that has not gets ``database.replica_wait_seconds`` to catch up, then the writer
-        reads. A replica that fails is set aside and the read runs again on the writer.
+        reads. A replica that fails is set aside and the read runs again on the writer. Both are the
+        store's revisions (a non-trusted caller's handles already translated); ``trusted=False``
+        keeps the store's numbers out of the refusal of a revision not reached.
         """
         if consistency not in ("replica", "primary"):
             raise InvalidRequest('consistency must be "replica" (a read replica may lag) or "primary" (the writer)')
@@ -210,7 +213,7 @@ class Services:
                         raise
                     replicas.failed(replica, exc)
         if isinstance(min_revision, int):  # as_of is checked by the read itself
-            await _require_revision(writer, min_revision)
+            await _require_revision(writer, min_revision, trusted)
         with pin(writer, "primary"):
             return await work(), "primary"
 
@@ -236,8 +239,10 @@ def _check_min_revision(value: object) -> int | None:
     return value
 
 
-async def _require_revision(db: AsyncEngine, revision: int) -> None:
+async def _require_revision(db: AsyncEngine, revision: int, trusted: bool = True) -> None:
     """``min_revision`` names a revision the writer has recorded (else no server could ever serve it)."""
     current = await current_revision(db)
+    if revision > current and not trusted:
+        raise InvalidRequest("min_revision is not a revision handle of this store (pass one a response gave you)")
     if revision > current:
         raise InvalidRequest(f"min_revision {revision} is beyond the current revision {current}")

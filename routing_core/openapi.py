@@ -27,7 +27,8 @@ from routing_core.schemas import NOT_BLANK, ErrorBody
 
 _ERRORS = {
     "400": "Invalid request (empty query, bound out of range, bad JSON or a wrong field type; a cursor this server "
-    "did not issue, `invalid_cursor`; an `as_of` past the current revision, or given with `version`)",
+    "did not issue, `invalid_cursor`; an `as_of` past the current revision or, from a non-trusted caller, no "
+    "revision handle; or given with `version`)",
     "401": "Missing or invalid credentials",
     "403": (
         "Forbidden: an ACL the caller does not hold, a document it may read but not change, "

@@ -67,7 +67,10 @@ CURSOR_SCHEMA = {
     ERROR_CODE: "invalid_cursor",
 }
 CURSOR_DOC = "next_cursor of the previous page (opaque; any other value answers 400 invalid_cursor)"
-AS_OF_DOC = "at most the current revision (a later one answers 400)"
+AS_OF_DOC = (
+    "a revision this caller was told: a trusted caller's store revision, at most the current one; any other "
+    "caller's revision handle from a response (handles count no one's writes); anything else answers 400"
+)
 
 Handler = Callable[[Call], Coroutine[Any, Any, CoreResponse]]
 #: reads a per-route number from the engine's configuration (``None``: no limit)
