@@ -37,6 +37,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -77,10 +78,15 @@ def halves(qids: Sequence[str]) -> tuple[list[str], list[str]]:
 # ------------------------------------------------------------------------------------------ store
 
 
-async def build(dataset: BeirDataset, store: Path, cache: Path) -> ContextEngine:
-    """The engine over ``store``, every document ingested (unchanged ones are skipped)."""
+async def build(
+    dataset: BeirDataset, store: Path, cache: Path, settings: dict[str, Any] | None = None, **engine: Any
+) -> ContextEngine:
+    """The engine over ``store``, every document ingested (unchanged ones are skipped).
+
+    ``settings`` are more configuration sections (for example ``llm``); ``engine`` goes to
+    ``ContextEngine`` (for example ``http_client_factory``)."""
     model = LocalEmbedder(EmbeddingConfig())
-    config = ContextEngineConfig(storage={"data_dir": store}, search={"max_top_k": 1000})
+    config = ContextEngineConfig(storage={"data_dir": store}, search={"max_top_k": 1000}, **(settings or {}))
     budget = min(config.ingest.chunk_tokens, model.max_input_tokens)
     chunks = CachingEmbedder(model, cache_file(cache / "embeddings", model, dataset.corpus_sha256, f"plain-{budget}"))
     texts: list[str] = []
@@ -91,19 +97,19 @@ async def build(dataset: BeirDataset, store: Path, cache: Path) -> ContextEngine
         texts.extend(c.text for c in prepare(streamed, model.count_tokens, hold=1_000_000).chunks or [])
     embedded_now = await chunks.warm(texts)
     log(f"{len(texts)} chunks, {embedded_now} embedded now")
-    engine = ContextEngine(config, embedder=chunks)
-    stats = await engine.stats(principals=TRUSTED)
+    built = ContextEngine(config, embedder=chunks, **engine)
+    stats = await built.stats(principals=TRUSTED)
     if stats.documents < len(dataset.corpus):
         gate = asyncio.Semaphore(4)
         started = time.perf_counter()
 
         async def one(doc_id: str, title: str, body: str) -> None:
             async with gate:
-                await engine.ingest(text=plain_text(title, body), name=doc_id, source_id="scifact")
+                await built.ingest(text=plain_text(title, body), name=doc_id, source_id="scifact")
 
         await asyncio.gather(*(one(d, t, b) for d, (t, b) in dataset.corpus.items()))
         log(f"ingested in {time.perf_counter() - started:.0f} s")
-    return engine
+    return built
 
 
 async def candidates(engine: ContextEngine, dataset: BeirDataset, qids: Sequence[str]) -> dict[str, Candidates]:
