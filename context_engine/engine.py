@@ -11,7 +11,7 @@ import copy
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,7 +26,7 @@ from context_engine.errors import (
     NameTaken,
     NotFound,
 )
-from context_engine.hooks import Hooks
+from context_engine.hooks import Hooks, holding_ingest_usage
 from context_engine.ingest import many
 from context_engine.ingest.batch_embedding import batch_client
 from context_engine.ingest.batch_poll import BatchOutcome, poll_batches
@@ -78,6 +78,10 @@ FileInput = bytes | str | os.PathLike[str] | IO[bytes]
 _EMBED_BATCH = 64
 
 
+def _stored(report: DocumentReport) -> bool:
+    return report.status in ("completed", "embedding", "batch_pending") and report.document_id is not None
+
+
 class ContextEngine:
     """Ingest, search and manage documents on PostgreSQL with ACLs enforced in SQL."""
 
@@ -105,6 +109,8 @@ class ContextEngine:
         self._retriever = Retriever(self.services)
         #: function tools registered on this engine (kept on the root; views share them)
         self._function_tools: Any = None
+        #: mcp OAuth flows waiting for their callback (kept on the root; views share them)
+        self._mcp_oauth_flows: Any = None
         #: the host's own isolation for generated code (sync or async), used when a call names none
         self._code_runner = code_runner
         #: resolves tool hosts for the egress check of mcp and http tools (default: the system's)
@@ -161,6 +167,8 @@ class ContextEngine:
     async def aclose(self) -> None:
         if self._root is not self:
             return  # a view owns nothing
+        if self._mcp_oauth_flows is not None:
+            await self._mcp_oauth_flows.aclose()
         await self.services.aclose()
 
     @property
@@ -291,6 +299,33 @@ class ContextEngine:
                 batch=batch,
             )
 
+        if mode == "graph":  # its usage event waits for the mode the graph step settles on
+            with holding_ingest_usage() as held:
+                report = await self._ingest_one(run, key, source, name, source_id, acl_list, attributes, mime, batch)
+                await self._graph_step(report)
+            for usage in held:
+                usage.detail.update(mode=report.mode_used or "hybrid", mode_reason=report.mode_reason)
+                await self.hooks.emit("on_usage", usage)
+        else:
+            report = await self._ingest_one(run, key, source, name, source_id, acl_list, attributes, mime, batch)
+        red = self._redactor(caller, None, None)
+        report.name = red.text(report.name) or report.name
+        report.error = red.text(report.error)
+        return _totals([report])
+
+    async def _ingest_one(
+        self,
+        run: Callable[[], Awaitable[DocumentReport]],
+        key: str | None,
+        source: Any,
+        name: str | None,
+        source_id: str | None,
+        acl_list: list[str] | None,
+        attributes: dict[str, Any] | None,
+        mime: str | None,
+        batch: bool,
+    ) -> DocumentReport:
+        """One document through the pipeline (under its idempotency key when given), then its fields."""
         if key is None:
             report = await run()
         else:
@@ -305,22 +340,22 @@ class ContextEngine:
             )
             wait = float(self.config.ingest.write_wait_seconds)
             report = await _keyed_ingest(await self._ready(), source_id, key, digest, run, wait)
-        stored = report.status in ("completed", "embedding", "batch_pending") and report.document_id is not None
-        if self.config.ingest.extract_fields and stored:
+        if self.config.ingest.extract_fields and _stored(report):
             await self._extract_after_ingest(report.document_id)  # type: ignore[arg-type]
-        if mode == "graph" and stored:
-            from context_engine.graph.document import extract_document
+        return report
 
-            try:
-                graph = await extract_document(self.services, report.document_id)  # type: ignore[arg-type]
-                report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
-            except ContextEngineError as exc:  # stored and searchable; its graph facts are missing
-                log.warning("graph extraction failed for document %s (%s)", report.document_id, exc.code)
-                report.mode_used, report.mode_reason = "hybrid", exc.code
-        red = self._redactor(caller, None, None)
-        report.name = red.text(report.name) or report.name
-        report.error = red.text(report.error)
-        return _totals([report])
+    async def _graph_step(self, report: DocumentReport) -> None:
+        """Extract a stored document's graph facts; the report says which mode ran and why."""
+        if not _stored(report):
+            return
+        from context_engine.graph.document import extract_document
+
+        try:
+            graph = await extract_document(self.services, report.document_id)  # type: ignore[arg-type]
+            report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
+        except ContextEngineError as exc:  # stored and searchable; its graph facts are missing
+            log.warning("graph extraction failed for document %s (%s)", report.document_id, exc.code)
+            report.mode_used, report.mode_reason = "hybrid", exc.code
 
     # ------------------------------------------------------------------ bulk ingest
     async def bulk_ingest(
@@ -898,7 +933,70 @@ class ContextEngine:
         tool = tool_config(tool)
         db = await self._ready()
         entry = await registry.insert(db, tool, ConfigCipher(self.config.secret_key))
-        return entry.public(trusted=True)
+        listing = entry.public(trusted=True)
+        if tool.kind == "mcp" and "oauth" in tool.config:
+            try:  # a server that wants a person's consent answers with the popup's URL
+                listing["authorization"] = await self.start_mcp_oauth(str(entry.tool_id))
+            except BaseException:
+                await registry.delete(db, str(entry.tool_id), None)  # nothing half-registered
+                raise
+        return listing
+
+    def _oauth_flows(self) -> Any:
+        from context_engine.tools.mcp_oauth import McpOAuthFlows
+
+        root = self._root
+        if root._mcp_oauth_flows is None:
+            root._mcp_oauth_flows = McpOAuthFlows()
+        return root._mcp_oauth_flows
+
+    async def start_mcp_oauth(self, tool_id: str) -> dict[str, Any]:
+        """Start (again) the OAuth authorization of a stored mcp tool that has an ``oauth`` section.
+
+        ``{"status": "authorization_required", "authorization_url", "correlation_id", "expires_at"}``:
+        open the URL in a popup; the provider sends it to ``oauth.redirect_uri``, whose handler calls
+        :meth:`complete_mcp_oauth`. ``{"status": "connected", ...}``: nothing to consent to.
+        An operator's call, like registration (no principals).
+        """
+        from context_engine.tools.crypto import ConfigCipher
+        from context_engine.tools.errors import ToolNotFound
+        from context_engine.tools.mcp_oauth_store import sealed_mcp_config
+
+        try:
+            checked = str(uuid.UUID(str(tool_id)))
+        except ValueError:
+            raise ToolNotFound(str(tool_id)) from None
+        db = await self._ready()
+        sealed = await sealed_mcp_config(db, checked)
+        if sealed is None:
+            raise ToolNotFound(checked)
+        config = ConfigCipher(self.config.secret_key).decrypt(sealed, checked)
+        return await self._oauth_flows().start(
+            db,
+            self.config.secret_key,
+            checked,
+            config,
+            resolver=self._mcp_resolver,
+            http_client_factory=self.services.http_client_factory,
+        )
+
+    async def complete_mcp_oauth(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The popup's message for the provider's callback query (its ``code``, ``state``, ``error``, ``iss``).
+
+        ``{"type": "mcp-oauth-success", "correlation_id", "tool_id"}`` or ``{"type": "mcp-oauth-error",
+        "code", "message", "correlation_id"}`` (:meth:`mcp_oauth_popup` also renders the page). Never raises
+        for a bad callback: every failure is one of the six codes.
+        """
+        return await self._oauth_flows().complete(params)
+
+    async def mcp_oauth_popup(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], str, dict[str, str]]:
+        """:meth:`complete_mcp_oauth`, with the callback's HTML page and its headers: the page posts the
+        message to the opener on the origin of the tool's ``oauth.redirect_uri`` and nowhere else."""
+        from context_engine.tools.mcp_oauth import popup_page
+
+        payload, origin = await self._oauth_flows().answer(params)
+        page, headers = popup_page(payload, origin)
+        return payload, page, headers
 
     def register_function_tool(
         self,

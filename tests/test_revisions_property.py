@@ -53,7 +53,8 @@ operation = st.one_of(
 )
 
 _RESET = (
-    "TRUNCATE ce_documents, ce_document_versions, ce_chunks, ce_bm25_terms, ce_bm25_groups, ce_vector_counts, "
+    "TRUNCATE ce_documents, ce_document_versions, ce_chunks, ce_bm25_terms, ce_bm25_groups, ce_bm25_postings, "
+    "ce_vector_counts, "
     "ce_idempotency_keys, ce_agent_links, ce_document_fields, ce_embedding_batches RESTART IDENTITY; "
     "UPDATE ce_store_revision SET revision = 0; "
     "DELETE FROM ce_meta WHERE key = 'revision_horizon'"

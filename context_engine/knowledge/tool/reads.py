@@ -214,7 +214,8 @@ async def chunk_range(
         f"AND c.valid_to IS NULL AND {chunk_where}) AS total, (SELECT count(*) FROM doc) AS visible"
     )
     page_sql = (
-        "SELECT c.position, c.text, c.section, c.page FROM ce_chunks c WHERE c.document_id = CAST(:doc AS uuid) "
+        "SELECT c.position, c.text, c.section, c.page, left(c.meta->>'language', 64) AS language FROM ce_chunks c "
+        "WHERE c.document_id = CAST(:doc AS uuid) "
         f"AND c.valid_to IS NULL AND c.position >= :start AND {chunk_where} ORDER BY c.position LIMIT :limit"
     )
     async with db.connect() as conn:
