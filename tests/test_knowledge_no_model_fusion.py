@@ -12,9 +12,10 @@ from context_engine import TRUSTED, ContextEngine
 from tests.conftest import make_config
 from tests.fakes.word_embedder import WordEmbedder
 
+WORDS = ("kinase", "tumour", "protein", "neuron", "insulin")
 NOTES = {
     f"note{i}.md": (
-        f"Note {i} about {' '.join(w for j, w in enumerate(('kinase', 'tumour', 'protein', 'neuron', 'insulin')) if (i + j) % 3)}."
+        f"Note {i} about {' '.join(w for j, w in enumerate(WORDS) if (i + j) % 3)}."
         f"\n\n{'filler ' * (3 + i % 4)}kinase {'ribosome ' * (i % 3)}mitochondria {i}."
     )
     for i in range(12)
