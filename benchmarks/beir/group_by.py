@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -41,7 +42,8 @@ async def timed(engine: ContextEngine, query: str, top_k: int, group_by: str | N
 async def main(args: argparse.Namespace) -> None:
     dataset = load_beir(args.data)
     queries = [dataset.queries[q] for q in dataset.qrels if q in dataset.queries][: args.queries]
-    engine = await build(dataset, args.store, args.cache)
+    settings = {"fusion": json.loads(args.fusion)} if args.fusion else None
+    engine = await build(dataset, args.store, args.cache, settings)
     try:
         for query in queries[:3]:  # warm the pool, the model and the caches
             await timed(engine, query, args.top_k, None)
@@ -61,7 +63,7 @@ async def main(args: argparse.Namespace) -> None:
         print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         await engine.aclose()
-    print(f"\n{len(queries)} queries, top_k {args.top_k}, trusted caller, defaults\n")
+    print(f"\n{len(queries)} queries, top_k {args.top_k}, trusted caller, fusion {args.fusion or 'defaults'}\n")
     print("| search | p50 ms | p95 ms |\n|---|---:|---:|")
     print(f"| plain | {statistics.median(plain):.1f} | {percentile(plain, 95):.1f} |")
     print(f'| group_by="document" | {statistics.median(grouped):.1f} | {percentile(grouped, 95):.1f} |')
@@ -75,6 +77,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--store", required=True, type=Path, help="the store halves.py builds (kept between runs)")
     parser.add_argument("--queries", type=int, default=200, help="the first N test queries")
     parser.add_argument("--top-k", type=int, default=10, help="top_k of both searches")
+    parser.add_argument("--fusion", help='fusion settings as JSON, e.g. \'{"weights": {"document_fts": 1}}\'')
     return parser.parse_args()
 
 
