@@ -114,6 +114,9 @@ class DocumentFullTextLeg:
     """``document_fts``: whole-document BM25 under ``search.lexical_*`` and ``search.bm25``."""
 
     name = "document_fts"
+    #: off by default: it lifted SciFact nDCG@10 on both halves of the test queries (0.727 -> 0.737
+    #: with every leg at 1) but adds about 50 ms to a default search on two busy cores, since it is
+    #: not pruned (benchmarks/README.md, "Retrieval quality")
     default_weight = 0.0
     #: every chunk of a document carries the document's score (fusion ranks them as one)
     scores_documents = True
