@@ -244,7 +244,9 @@ class FusionConfig(BaseModel):
     #: SciFact 0.012 nDCG@10 above 20 and 0.025 above 60 (benchmarks/README.md)
     k: int = Field(default=10, ge=1)
     #: weight per search leg, by the leg's registered name (``fts``, ``trigram``, ``vector``, or a leg
-    #: a host registered); a leg not named keeps its default (fts 1.4, trigram 0, vector 1.0: see
+    #: a host registered); a leg not named keeps its default (fts 1.4, trigram 0, vector 1.0,
+    #: document_fts 0; ``{"fts": 1, "document_fts": 1, "vector": 1}`` is the measured setting with the
+    #: document leg on, benchmarks/README.md "Retrieval quality": see
     #: context_engine/retrieval/legs/), and a leg weighted 0 does not run
     weights: dict[str, float] = Field(default_factory=lambda: _leg_weights({}))
 

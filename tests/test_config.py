@@ -14,7 +14,7 @@ def test_defaults_need_nothing() -> None:
     assert config.embedding.provider == "local"
     assert config.fusion.k == 10
     assert config.fusion.method == "convex"
-    assert config.fusion.weights == {"fts": 1.4, "trigram": 0.0, "vector": 1.0, "graph": 1.0}
+    assert config.fusion.weights == {"fts": 1.4, "trigram": 0.0, "vector": 1.0, "graph": 1.0, "document_fts": 0.0}
 
 
 def test_misspelt_setting_raises_naming_it() -> None:

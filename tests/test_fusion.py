@@ -6,6 +6,7 @@ import pytest
 
 from context_engine import TRUSTED, ContextEngine
 from context_engine.retrieval.fusion import convex, fuse, rrf
+from context_engine.retrieval.fusion import shared_ranks as fusion_ranks
 from tests.conftest import make_config
 
 
@@ -71,4 +72,23 @@ async def test_search_reports_and_follows_the_configured_fusion(database_url: st
     assert rrf_hits[0].matched_by == ["fts", "vector"]
     assert rrf_hits[0].score == pytest.approx(
         (fusion.weights["fts"] + fusion.weights["vector"]) / (fusion.k + 1), abs=1e-6
+    )
+
+
+def test_rrf_gives_a_document_legs_tied_chunks_one_rank() -> None:
+    """A leg that scores documents hands every chunk of a document the document's score: named in
+    ``shared``, its equal scores share the document's rank, so a three-chunk document does not push
+    the next document three places down; unnamed, ranks are positions, as before."""
+    by_document = [(1, 5.0), (2, 5.0), (3, 5.0), (4, 4.0), (5, 3.0)]
+    assert fusion_ranks(by_document) == [(1, 1), (1, 2), (1, 3), (2, 4), (3, 5)]
+    weights = {"document_fts": 1.0}
+    shared = dict(fuse("rrf", {"document_fts": by_document}, weights, 10, ["document_fts"]))
+    assert shared[4] == pytest.approx(1 / 12) and shared[1] == shared[3] == pytest.approx(1 / 11)
+    positional = dict(fuse("rrf", {"document_fts": by_document}, weights, 10))
+    assert positional[4] == pytest.approx(1 / 14) and positional == dict(
+        rrf({"document_fts": [1, 2, 3, 4, 5]}, weights, 10)
+    )
+    # convex is unaffected: it reads scores, and equal scores normalise alike
+    assert fuse("convex", {"document_fts": by_document}, weights, 10, ["document_fts"]) == convex(
+        {"document_fts": by_document}, weights
     )

@@ -7,7 +7,9 @@
 2. **Search.** The one retriever (:mod:`context_engine.retrieval.retriever`) runs every active leg
    for every query concurrently (the queries are embedded in one call), all under the same ACL +
    scope predicate as ``/search`` (narrowed further to an agent's links when ``agent_id`` is given).
-3. **Fuse.** Every leg of every query is one ranking in weighted reciprocal rank fusion
+3. **Fuse.** The question searched alone (no model, or no sub-queries) is fused exactly as
+   ``/search`` fuses it (``fusion.method``), so the no-model path ranks what plain search ranks.
+   With sub-queries, every leg of every query is one ranking in weighted reciprocal rank fusion
    (``fusion.k``, each leg's ``fusion.weights``): ranks, not scores, because scores of different
    sub-queries are not comparable. A passage found by several legs, or for several sub-queries,
    ranks higher.
@@ -145,7 +147,9 @@ async def knowledge_query(
         rankings = retrieval.rankings()
         similarity = _best_similarity(retrieval.results.get("vector", []))
         vectors = retrieval.vectors or []
-        fused = retriever.fuse("rrf", rankings)
+        # one query: the fusion /search uses; several: ranks, since their scores do not compare
+        method = config.fusion.method if len(queries) == 1 else "rrf"
+        fused = retriever.fuse(method, rankings)
         rows: dict[int, dict[str, Any]] = {}
         if enumeration and fused:
             rows = await repo.fetch_hits(db, [cid for cid, _ in fused], scope)

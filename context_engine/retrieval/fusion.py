@@ -10,11 +10,15 @@ Two methods, chosen by ``fusion.method``:
   each half of the test queries (benchmarks/README.md, "How the defaults were chosen"). Normalising per
   query makes it independent of a model's cosine range or BM25's scale.
 * ``rrf``: weighted reciprocal rank fusion, ``sum of weight / (k + rank)``, which uses ranks only.
+
+A leg that scores whole documents hands fusion every chunk of a document with the document's score;
+its ranking is named in ``shared_ranks``, and RRF gives its equal scores one rank (the document's),
+so a document of three chunks does not push the next document three places down.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 
 def rrf(rankings: Mapping[str, Sequence[int]], weights: Mapping[str, float], k: int) -> list[tuple[int, float]]:
@@ -22,12 +26,30 @@ def rrf(rankings: Mapping[str, Sequence[int]], weights: Mapping[str, float], k: 
 
     Ties break on the smaller id so the order is deterministic.
     """
+    return _rrf({leg: list(enumerate(ids, start=1)) for leg, ids in rankings.items()}, weights, k)
+
+
+def shared_ranks(pairs: Sequence[tuple[int, float]]) -> list[tuple[int, int]]:
+    """``(rank, id)`` for ``(id, score)`` pairs best first, equal neighbouring scores sharing one rank
+    (1, 1, 1, 2, 2, 3 ...): the rank of the document a chunk was scored with."""
+    ranked: list[tuple[int, int]] = []
+    rank, last = 0, None
+    for item, score in pairs:
+        if score != last:
+            rank, last = rank + 1, score
+        ranked.append((rank, item))
+    return ranked
+
+
+def _rrf(
+    ranked: Mapping[str, Sequence[tuple[int, int]]], weights: Mapping[str, float], k: int
+) -> list[tuple[int, float]]:
     scores: dict[int, float] = {}
-    for leg, ids in rankings.items():
+    for leg, pairs in ranked.items():
         weight = weights.get(leg, 0.0)
         if weight <= 0:
             continue
-        for rank, item in enumerate(ids, start=1):
+        for rank, item in pairs:
             scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     return sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
 
@@ -58,9 +80,18 @@ def convex(scored: Mapping[str, Sequence[tuple[int, float]]], weights: Mapping[s
 
 
 def fuse(
-    method: str, scored: Mapping[str, Sequence[tuple[int, float]]], weights: Mapping[str, float], k: int
+    method: str,
+    scored: Mapping[str, Sequence[tuple[int, float]]],
+    weights: Mapping[str, float],
+    k: int,
+    shared: Collection[str] = (),
 ) -> list[tuple[int, float]]:
-    """The configured fusion of the legs' ``(id, score)`` lists (each best first)."""
+    """The configured fusion of the legs' ``(id, score)`` lists (each best first); for RRF, the
+    rankings named in ``shared`` give equal scores one rank (see :func:`shared_ranks`)."""
     if method == "rrf":
-        return rrf({leg: [i for i, _ in pairs] for leg, pairs in scored.items()}, weights, k)
+        ranked = {
+            leg: shared_ranks(pairs) if leg in shared else [(r, i) for r, (i, _) in enumerate(pairs, start=1)]
+            for leg, pairs in scored.items()
+        }
+        return _rrf(ranked, weights, k)
     return convex(scored, weights)

@@ -5,9 +5,11 @@ weights and the evaluation harness call it), a ``default_weight`` (used when
 ``fusion.weights`` does not name it; 0 means off unless configured), ``applies`` (whether it runs
 for this query under this configuration) and ``run``, which returns ``[(chunk_id, score)]`` best
 first for one of the search's queries. Every leg reads through the caller's ``ReadScope`` predicate,
-so a leg added here cannot see more than the others.
+so a leg added here cannot see more than the others. A leg that scores whole documents and hands
+each chunk its document's score sets ``scores_documents = True``, so rank fusion ranks a document's
+chunks as one.
 
-The built-in legs (``fts``, ``trigram``, ``vector``) register themselves when
+The built-in legs (``fts``, ``trigram``, ``vector``, ``graph``, ``document_fts``) register themselves when
 :mod:`context_engine.retrieval.legs` is imported; :func:`legs` imports it first, so the registry is
 never seen without them. A host or a test adds a leg with :func:`register`.
 """

@@ -164,4 +164,6 @@ class Retriever:
         weights = self.weights()
         keyed = {key: weights.get(key.split(":", 1)[0], 0.0) for key in rankings}
         keyed.update(extra_weights or {})
-        return fusion.fuse(method, rankings, keyed, self.services.config.fusion.k)
+        by_document = {leg.name for leg in registry.legs() if getattr(leg, "scores_documents", False)}
+        shared = [key for key in rankings if key.split(":", 1)[0] in by_document]
+        return fusion.fuse(method, rankings, keyed, self.services.config.fusion.k, shared)

@@ -1,0 +1,139 @@
+"""The document full-text leg: Okapi BM25 over whole documents, each the sum of its visible chunks.
+
+Why: a chunk-level full-text leg scores each chunk of a document apart, so a query whose words are
+spread over a document's two or three chunks finds no chunk that holds them all, while the
+document does. This leg scores the document as one bag of words: a term's frequency is summed over
+the document's chunks, its length is the sum of their lengths, and the statistics (documents, their
+average length, each term's document frequency) are counted in the same statement from the chunks
+the caller may read in the sources searched, at the revision read: exactly like the chunk leg's
+statistics, a document the caller may not read changes neither the answers nor their scores, and a
+past read counts the store as it was then (under today's ACL, like every read of history). A
+``document_ids`` pin narrows the candidates, not the statistics, as for the chunk leg.
+
+A document's score is handed to fusion on every chunk of it the caller may read, so whichever chunk
+the other legs rank (the vector leg's nearest, the chunk leg's best) carries the document's
+evidence; fusion takes a document's tied chunks as one rank (:mod:`context_engine.retrieval.fusion`).
+
+Cost: one statement, no kept statistics. It reads every candidate chunk's query terms (as the chunk
+leg's full pass does) and counts the visible documents, so it is not pruned; see benchmarks/README.md
+("Retrieval quality") for what it costs and what it buys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from context_engine.retrieval import lexical
+from context_engine.retrieval.bm25_gate import lexeme_query
+from context_engine.storage.predicates import ReadScope
+
+if TYPE_CHECKING:
+    from context_engine.config import ContextEngineConfig
+    from context_engine.retrieval.retriever import Search
+
+
+def statistics_scope(scope: ReadScope) -> ReadScope:
+    """The slice the statistics count: the caller's ACL, sources and revision, without the
+    candidate pins (``document_ids`` and the agent's links), as the chunk leg counts them."""
+    return dataclasses.replace(scope, document_ids=None, agent_id=None)
+
+
+_SQL = (
+    "WITH qa AS MATERIALIZED (SELECT CAST(:dl_any AS tsquery) AS q), "
+    "q AS MATERIALIZED (SELECT {tsquery} AS q), "
+    # every chunk the statistics may count: how many documents, how many tokens
+    "tot AS MATERIALIZED (SELECT count(DISTINCT c.document_id)::float8 AS n, "
+    "coalesce(sum(c.tsv_tokens), 0)::float8 AS tokens FROM ce_chunks c WHERE {stats}), "
+    # the query terms' frequencies in every countable chunk holding one of them, and whether the
+    # chunk is a candidate (it matches the query and the caller's pins)
+    "m AS MATERIALIZED (SELECT c.document_id, (c.tsv @@ q.q AND {cand}) AS cand, u.lexeme, u.tf "
+    "FROM ce_chunks c CROSS JOIN qa CROSS JOIN q "
+    "CROSS JOIN LATERAL (SELECT x.lexeme, coalesce(array_length(x.positions, 1), 1) AS tf "
+    "FROM unnest(ts_filter(setweight(c.tsv, 'A', CAST(:dl_lex AS text[])), '{{a}}')) x) u "
+    "WHERE c.tsv @@ qa.q AND {stats}), "
+    "df AS (SELECT m.lexeme, count(DISTINCT m.document_id)::float8 AS df FROM m GROUP BY m.lexeme), "
+    "docs AS MATERIALIZED (SELECT m.document_id FROM m GROUP BY m.document_id HAVING bool_or(m.cand)), "
+    "tf AS (SELECT m.document_id, m.lexeme, sum(m.tf)::float8 AS tf FROM m "
+    "JOIN docs ON docs.document_id = m.document_id GROUP BY m.document_id, m.lexeme), "
+    "dl AS (SELECT c.document_id, sum(c.tsv_tokens)::float8 AS dl FROM ce_chunks c "
+    "JOIN docs ON docs.document_id = c.document_id WHERE {cand} GROUP BY c.document_id), "
+    "s AS (SELECT tf.document_id, sum(ln(1 + (tot.n - df.df + 0.5) / (df.df + 0.5)) * tf.tf * (:dl_k1 + 1) "
+    "/ (tf.tf + :dl_k1 * (1 - :dl_b + :dl_b * dl.dl / greatest(tot.tokens / greatest(tot.n, 1), 1)))) AS r "
+    "FROM tf JOIN df ON df.lexeme = tf.lexeme JOIN dl ON dl.document_id = tf.document_id CROSS JOIN tot "
+    "GROUP BY tf.document_id), "
+    "top AS MATERIALIZED (SELECT s.document_id, s.r FROM s ORDER BY s.r DESC, s.document_id LIMIT :limit) "
+    "SELECT c.id, top.r FROM top JOIN ce_chunks c ON c.document_id = top.document_id WHERE {cand} "
+    "ORDER BY top.r DESC, top.document_id, c.id"
+)
+
+
+async def document_fts_leg(
+    db: AsyncEngine,
+    query: str,
+    scope: ReadScope,
+    *,
+    limit: int,
+    config: str,
+    match: str,
+    stopwords: str | Sequence[str] | None = "english",
+    k1: float = 1.2,
+    b: float = 0.75,
+) -> list[tuple[int, float]]:
+    """The ``limit`` best documents by BM25 over their visible chunks, as ``(chunk_id, score)``:
+    every visible chunk of each, with its document's score, best document first.
+
+    Candidates are the documents with a chunk matching the query's tsquery (``match`` as for the
+    chunk leg, negated terms included); the positive lexemes are scored.
+    """
+    params: dict[str, Any] = {"lx_cfg": config, "limit": limit, "dl_k1": float(k1), "dl_b": float(b)}
+    tsq = lexical.tsquery_sql(query, match=match, params=params, stopwords=stopwords)
+    if tsq is None:
+        return []
+    async with db.connect() as conn:
+        found = await conn.execute(text(f"SELECT DISTINCT x FROM unnest({lexical.terms_sql(params)}) x"), params)
+        lexemes = sorted(str(r[0]) for r in found)
+        if not lexemes:
+            return []
+        params["dl_lex"] = lexemes
+        params["dl_any"] = " | ".join(lexeme_query(x) for x in lexemes)
+        statement = _SQL.format(
+            tsquery=tsq,
+            stats=statistics_scope(scope).predicate("c", params),
+            cand=scope.predicate("c", params),
+        )
+        rows = (await conn.execute(text(statement), params)).all()
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+class DocumentFullTextLeg:
+    """``document_fts``: whole-document BM25 under ``search.lexical_*`` and ``search.bm25``."""
+
+    name = "document_fts"
+    #: off by default: it lifted SciFact nDCG@10 on both halves of the test queries (0.727 -> 0.737
+    #: with every leg at 1) but adds about 50 ms to a default search on two busy cores, since it is
+    #: not pruned (benchmarks/README.md, "Retrieval quality")
+    default_weight = 0.0
+    #: every chunk of a document carries the document's score (fusion ranks them as one)
+    scores_documents = True
+
+    def applies(self, query: str, config: ContextEngineConfig) -> bool:
+        return config.search.lexical_rank == "bm25"
+
+    async def run(self, search: Search, index: int) -> list[tuple[int, float]]:
+        cfg = search.services.config.search
+        return await document_fts_leg(
+            search.reads,
+            search.queries[index],
+            search.scope,
+            limit=search.limit,
+            config=search.services.text_search_config,
+            match=cfg.lexical_match,
+            stopwords=cfg.lexical_stopwords,
+            k1=cfg.bm25.k1,
+            b=cfg.bm25.b,
+        )
