@@ -20,10 +20,14 @@ HOST ?= 127.0.0.1
 serve: $(STAMP)
 	$(VENV)/bin/context-engine serve --host $(HOST) --port $(PORT)
 
+# pytest-xdist: one worker per core, each with its own embedded server; a module's tests stay on one
+# worker (its module-scoped fixtures are set up once). WORKERS=0 runs in one process.
+WORKERS ?= auto
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(WORKERS) --dist loadfile
 
 # the edit-test loop: no database, no server or process of a test's own (see tests/conftest.py)
 test-fast: $(STAMP)

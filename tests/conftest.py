@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from context_engine import ContextEngine, ContextEngineConfig
 from context_engine.storage import embedded
+from context_engine.storage.database import Database
+from context_engine.storage.migrate import migrate
 
 
 def server_dir() -> Path:
@@ -23,11 +31,23 @@ def server_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="ce-test-"))
 
 
+#: Why: the session's server holds throwaway databases, so it need not survive a crash of the machine.
+#: Without a flush to disk at each commit (and each database created or dropped) a test's writes wait
+#: on no disk shared with everything else the machine runs. A killed postmaster still recovers: the
+#: operating system keeps what was written. Set with ALTER SYSTEM, so the server's own settings
+#: (embedded.SERVER_SETTINGS, which tests/test_embedded_settings.py checks) are untouched.
+THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
 @pytest.fixture(scope="session")
 def pg_base_url() -> Iterator[str]:
     """The embedded server's URL (database ``postgres``), started once for the session."""
     base = server_dir()
     _pgdata, url = embedded.acquire(base)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name, value in THROWAWAY_SETTINGS.items():
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+        conn.execute("SELECT pg_reload_conf()")
     try:
         yield url
     finally:
@@ -40,17 +60,121 @@ def _with_database(base_url: str, name: str) -> str:
     return f"{root}/{name}" + (f"?{query}" if query else "")
 
 
+#: the local model's width: the schema the default engine migrates to
+DEFAULT_DIM = 384
+
+
+class Schema(NamedTuple):
+    """What one ``migrate`` run is asked for: the width, the text-search configuration, the optional revisions."""
+
+    dim: int = DEFAULT_DIM
+    text_search_config: str = "english"
+    trigram: bool = False
+    graph: bool = False
+
+
+class Templates:
+    """Migrated template databases on the session's server, one per :class:`Schema`, made on first use.
+
+    Migrating a fresh database runs every revision (seconds under load); copying a migrated one with
+    ``CREATE DATABASE ... TEMPLATE`` is a file copy. The engine's own migrate still runs on the copy
+    (auto_migrate), finds every revision applied and checks the width it is locked to, as it does on
+    any migrated database; the runs from an empty database are tests/test_migrate*.py's.
+    """
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self._names: dict[Schema, str] = {}
+        self._lock = threading.Lock()
+
+    def name(self, schema: Schema) -> str:
+        with self._lock:
+            if schema not in self._names:
+                self._names[schema] = self._make(schema)
+            return self._names[schema]
+
+    def _make(self, schema: Schema) -> str:
+        name = f"tpl_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.base_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        config = ContextEngineConfig(database_url=_with_database(self.base_url, name))
+
+        async def run() -> None:
+            db = Database(config)
+            try:
+                await migrate(await db.engine(), announce=lambda _line: None, **schema._asdict())
+            finally:
+                await db.aclose()
+
+        # on a thread of its own: a fixture may be set up while the session's event loop runs
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, run()).result()
+        with psycopg.connect(self.base_url, autocommit=True) as conn:
+            # no connections (autovacuum's included): a copy needs the template to itself
+            conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(
+                sql.Identifier(name)))
+        return name
+
+    def copy(self, schema: Schema, name: str) -> None:
+        """Create database ``name`` as a copy of the migrated template for ``schema``."""
+        statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(self.name(schema)))
+        give_up = time.monotonic() + 600
+        with psycopg.connect(self.base_url, autocommit=True) as conn:
+            while True:
+                try:
+                    conn.execute(statement)
+                    return
+                except psycopg.errors.ObjectInUse:  # a backend still leaving the template: wait it out
+                    if time.monotonic() > give_up:
+                        raise
+                    time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def schema_templates(pg_base_url: str) -> Templates:
+    """The session's migrated template databases (see :class:`Templates`)."""
+    return Templates(pg_base_url)
+
+
 @pytest.fixture
-def database_url(pg_base_url: str) -> Iterator[str]:
-    """A new, empty database for one test (dropped afterwards)."""
+def migrated_schema() -> Schema:
+    """The schema a test's ``database_url`` is migrated to before the test: the default engine's.
+
+    Requesting it (directly or through a fixture such as :func:`engine`) makes ``database_url`` a copy
+    of a migrated template instead of an empty database; a module overrides it for another width.
+    The marker ``@pytest.mark.migrated(dim=8, ...)`` does the same for the tests it marks.
+    """
+    return Schema()
+
+
+def _wanted_schema(request: pytest.FixtureRequest) -> Schema | None:
+    marker = request.node.get_closest_marker("migrated")
+    if marker is not None:
+        return Schema(*marker.args, **marker.kwargs)  # the marker's arguments are Schema's
+    if "migrated_schema" in request.fixturenames:
+        schema = request.getfixturevalue("migrated_schema")
+        assert isinstance(schema, Schema)
+        return schema
+    return None
+
+
+@pytest.fixture
+def database_url(pg_base_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new database for one test (dropped afterwards): empty, or migrated when the test asks
+    (``migrated_schema`` in its fixtures, or the ``migrated`` marker)."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_base_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    schema = _wanted_schema(request)
+    if schema is None:
+        with psycopg.connect(pg_base_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    else:
+        request.getfixturevalue("schema_templates").copy(schema, name)
     try:
         yield _with_database(pg_base_url, name)
     finally:
         with psycopg.connect(pg_base_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def make_config(database_url: str, **overrides: object) -> ContextEngineConfig:
@@ -60,8 +184,8 @@ def make_config(database_url: str, **overrides: object) -> ContextEngineConfig:
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[ContextEngine]:
-    """An engine on a fresh database with the default local embedding model."""
+async def engine(database_url: str, migrated_schema: Schema) -> AsyncIterator[ContextEngine]:
+    """An engine on a fresh database (a copy of the migrated template) with the default local embedding model."""
     async with ContextEngine(make_config(database_url)) as eng:
         yield eng
 

@@ -26,6 +26,9 @@ from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer, json_reply, sequence
 from tests.knowledge_fakes import completion
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 ON = ComputeConfig(enable_code_execution=True, cpu_seconds=5, wall_seconds=60)
 TOTAL = "result = float(dfs['sales']['amount'].sum())"
 

@@ -21,6 +21,9 @@ from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer
 from tests.knowledge_fakes import completion
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 HINTS = {"invoice_date": "date", "total": "number", "customer": "string"}
 INVOICE = "Invoice INV-{n}\nCustomer: {who}\nDate: 2024-0{n}-15\nTotal due: {total} EUR"
 

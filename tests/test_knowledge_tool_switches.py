@@ -18,6 +18,9 @@ from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer, json_reply
 from tests.knowledge_fakes import completion
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 SALES = b"region,amount\nnorth,10\nsouth,20\neast,5\n"
 AGGREGATE = "what is the total amount across regions"
 

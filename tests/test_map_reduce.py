@@ -20,6 +20,9 @@ from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer
 from tests.knowledge_fakes import completion
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 QUESTION = "Does this contract renew automatically?"
 
 

@@ -13,6 +13,9 @@ from context_engine import TRUSTED, ContextEngine
 from context_engine.redaction import RedactionConfigError, RedactionPolicy, RedactionRule
 from tests.conftest import make_config
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 EMAIL = "dana.scully@fbi.example.com"
 PHONE = "+1 415 555 0123"
 CARD = "4111 1111 1111 1111"

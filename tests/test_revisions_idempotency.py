@@ -14,7 +14,8 @@ from context_engine.revisions.errors import IdempotencyKeyReused
 from tests.conftest import make_config
 from tests.fakes.word_embedder import WordEmbedder
 
-pytestmark = pytest.mark.filterwarnings("ignore:principals=None:DeprecationWarning")
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = [pytest.mark.filterwarnings("ignore:principals=None:DeprecationWarning"), pytest.mark.migrated(dim=16)]
 
 
 @pytest.fixture

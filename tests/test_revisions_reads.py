@@ -13,7 +13,8 @@ from tests.conftest import make_config
 from tests.fakes.word_embedder import WordEmbedder
 from tests.revisions_support import fresh_database, sibling_url
 
-pytestmark = pytest.mark.filterwarnings("ignore:principals=None:DeprecationWarning")
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = [pytest.mark.filterwarnings("ignore:principals=None:DeprecationWarning"), pytest.mark.migrated(dim=16)]
 
 
 @pytest.fixture

@@ -24,6 +24,9 @@ from tests import tools_support
 from tests.fakes import FakeHTTPServer, json_reply
 from tests.tools_support import table_rows
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 hook_log = tools_support.hook_log  # a shared fixture
 tools_engine = tools_support.tools_engine  # a shared fixture
 

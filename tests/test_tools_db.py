@@ -21,6 +21,9 @@ from context_engine.tools.errortext import WITHHELD
 from tests.conftest import make_config
 from tests.tools_support import SECRET_KEY, HookLog, as_user, other_database, table_rows
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 PASSWORD = "pw-readonly-3c9d81f0ab"
 
 

@@ -21,6 +21,9 @@ from context_engine.tools.errors import ToolRoleRefused
 from tests import tools_support
 from tests.tools_support import HookLog, create_reader, drop_role, table_rows
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 hook_log = tools_support.hook_log  # a shared fixture
 tools_engine = tools_support.tools_engine  # a shared fixture
 reader_url = tools_support.reader_url  # a shared fixture

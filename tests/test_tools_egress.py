@@ -24,6 +24,9 @@ from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer, json_reply
 from tests.tools_support import SECRET_KEY, HookLog, table_rows
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 
 class LoopbackOnly(httpx.AsyncBaseTransport):
     """A real transport that records every request and refuses any to a non-loopback address."""

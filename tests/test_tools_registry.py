@@ -23,6 +23,9 @@ from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer, json_reply
 from tests.tools_support import SECRET_KEY, table_rows
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 hook_log = tools_support.hook_log  # a shared fixture
 tools_engine = tools_support.tools_engine  # a shared fixture
 reader_url = tools_support.reader_url  # a shared fixture: a least-privilege role db tools may use

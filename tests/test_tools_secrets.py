@@ -27,6 +27,9 @@ from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer, Target
 from tests.tools_support import SECRET_KEY, HookLog, table_rows
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 hook_log = tools_support.hook_log  # a shared fixture
 
 QUERY_SECRET = "qs+ABC/def=ghi&j k"  # the issue's own value

@@ -37,6 +37,9 @@ from tests.fakes import FakeHTTPServer, Target, json_reply
 from tests.fakes.word_embedder import WordEmbedder
 from tests.filegen import SCANNED, make_pdf
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated(dim=16)
+
 SECRET = "sk-vision-test-secret-0123456789"
 PAGE_MARKDOWN = (
     "# Leave allowance\n\n"

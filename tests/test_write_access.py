@@ -14,6 +14,9 @@ from context_engine.write_access import REFUSAL, WriteTarget
 from tests.conftest import make_config
 from tests.test_conformance import CLIENTS, Caller, HostLog, host_callables
 
+# the tests' databases start migrated (a copy of the session's template; see tests/conftest.py)
+pytestmark = pytest.mark.migrated()
+
 
 async def _doc(engine: ContextEngine, name: str, text: str, acl: list[str], source: str = "s") -> str:
     report = await engine.ingest(text=text, name=name, source_id=source, acl=acl, principals=TRUSTED)
