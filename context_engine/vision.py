@@ -170,6 +170,22 @@ def _rasteriser(what: str) -> None:
         raise VisionFailed(str(exc), code=exc.reason) from None
 
 
+def _decoded(pages: Iterator[tuple[int, ImageInput]], label: str) -> Iterator[tuple[int, ImageInput]]:
+    """``pages`` with a page that cannot be decoded or rendered (a header that lied) as ``InvalidRequest``."""
+    number = 0
+    while True:
+        try:
+            number, image = next(pages)
+        except StopIteration:
+            return
+        except ContextEngineError:
+            raise
+        except Exception as exc:  # Pillow's and pdfium's own errors, named by type only
+            done = f" after page {number}" if number else ""
+            raise InvalidRequest(f"{label}: a page{done} cannot be decoded ({type(exc).__name__})") from None
+        yield number, image
+
+
 async def _transcribe(
     pages: Any, llm: LLMConfig, hooks: Hooks | None, http_client_factory: HttpClientFactory | None, label: str
 ) -> Transcription:
@@ -180,7 +196,7 @@ async def _transcribe(
     done: list[TranscribedPage] = []
 
     def run() -> None:
-        for number, markdown in transcriber.transcribe(pages(), label):
+        for number, markdown in transcriber.transcribe(_decoded(pages(), label), label):
             done.append(TranscribedPage(number, markdown))
 
     try:

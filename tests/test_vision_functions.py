@@ -5,10 +5,12 @@ given ``hooks``."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from context_engine import InvalidRequest, extract_pdf_pages, extract_text_from_images
 from context_engine.config import LLMConfig, VisionLLMConfig
@@ -138,4 +140,14 @@ async def test_bad_input_is_refused_before_any_model_call(server: FakeHTTPServer
         await within(extract_text_from_images(png_bytes(), llm=settings))  # type: ignore[arg-type]
     empty = await within(extract_text_from_images([], llm=settings))
     assert empty.pages == [] and empty.text == ""
+    assert server.requests == []
+
+
+async def test_an_image_whose_body_is_broken_is_a_precise_error(server: FakeHTTPServer) -> None:
+    server.route("POST", "/v1/chat/completions", openai_vision())
+    buffer = io.BytesIO()
+    Image.new("RGB", (2000, 1500), (10, 200, 30)).save(buffer, format="PNG")  # too large to pass through as it is
+    broken = buffer.getvalue()[:200]  # the header reads, the pixels do not
+    with pytest.raises(InvalidRequest, match="cannot be decoded"):
+        await within(extract_text_from_images([broken], llm=VisionLLMConfig(**vision_config(server)), name="cut.png"))
     assert server.requests == []
