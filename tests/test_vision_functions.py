@@ -90,6 +90,7 @@ async def test_pdf_pages_are_rendered_and_read_by_the_ingest_transcriber(server:
     assert [(p.page, p.markdown.splitlines()[0]) for p in listed.pages] == [(3, "# Shade 200"), (1, "# Shade 40")]
     assert len(server.requests) == 2
     body = server.requests[0].json()
+    assert server.requests[0].header("authorization") == f"Bearer {SECRET}"  # the key survives the conversion
     assert body["messages"][0]["content"] == SYSTEM_PROMPT  # the prompt ingest sends
     assert body["max_tokens"] == 4096  # a plain LLMConfig takes the page-sized vision defaults it did not set
     ((_, image),) = openai_images(body)
