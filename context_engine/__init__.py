@@ -37,6 +37,7 @@ from context_engine.redaction import RedactionPolicy, RedactionRule, presidio_de
 from context_engine.retrieval.legs.graph import GRAPH_REASONS
 from context_engine.storage.scope import UNSCOPED, Scope
 from context_engine.tools import ToolConfig, format_result, resolve_approval, rows_to_tsv
+from context_engine.vision import extract_pdf_pages, extract_text_from_images
 
 __version__ = "0.1.0"
 
@@ -95,7 +96,9 @@ __all__ = [
     "create_flask_blueprint",
     "create_mcp_app",
     "create_router",
+    "extract_pdf_pages",
     "extract_structured_data",
+    "extract_text_from_images",
     "format_result",
     "knowledge_tool_definition",
     "presidio_detectors",

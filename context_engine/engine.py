@@ -412,9 +412,12 @@ class ContextEngine:
             log.warning("ingest.extract_fields is on but no llm is configured; fields were not extracted")
             return
         try:
-            await self.extract_fields(document_id, field_hints=self.config.ingest.field_hints)
+            found = await self.extract_fields(document_id, field_hints=self.config.ingest.field_hints)
         except ContextEngineError as exc:
             log.warning("structured extraction failed for document %s (%s)", document_id, exc.code)
+            return
+        if found["quality"] == "failed":
+            log.warning("structured extraction failed for document %s (%s)", document_id, found["failure_reason"])
 
     async def resume_embeddings(self, document_id: str | None = None) -> IngestReport:
         """Embed only the rows still missing a vector, for one document or every resumable one.
@@ -1325,7 +1328,8 @@ class ContextEngine:
         )
 
     async def extract_fields(self, document_id: str, *, field_hints: dict[str, str] | None = None) -> dict[str, Any]:
-        """Structured extraction for one stored document (the step ingest runs when it is enabled)."""
+        """Structured extraction for one stored document (the step ingest runs when it is enabled):
+        the envelope of :func:`~context_engine.extraction.extract_structured_data` with ``stored``."""
         from context_engine.extraction import extract_stored_document
 
         return await extract_stored_document(

@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 from sqlalchemy import text as sql_text
 
-from context_engine import TRUSTED, ContextEngine
+from context_engine import TRUSTED, ContextEngine, extract_structured_data
+from context_engine.config import LLMConfig
 from context_engine.errors import InvalidRequest, NotFound
 from context_engine.extraction import extract_document_fields
+from context_engine.hooks import ErrorEvent, Hooks
 from context_engine.llm.structured import LLMNotConfigured
 from context_engine.redaction import RedactionPolicy, RedactionRule
+from context_engine.redaction.apply import Redactor
 from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer
 from tests.knowledge_fakes import completion
@@ -53,7 +56,8 @@ class FieldModel:
             fields["total"] = float(fields["total"])
         if name is None:  # open extraction: the model picks its own keys
             fields = {"due_total": fields["total"], "client": fields["customer"]}
-        return 200, {}, completion(json.dumps({"document_type": "invoice", "fields": fields}), 40)
+        envelope = {"document_type": "invoice", "readability": "high", "fields": fields}
+        return 200, {}, completion(json.dumps(envelope), 40)
 
 
 @pytest.fixture
@@ -62,9 +66,15 @@ def server() -> Iterator[FakeHTTPServer]:
         yield fake
 
 
+def llm_of(server: FakeHTTPServer) -> LLMConfig:
+    return LLMConfig(provider="custom", base_url=server.url("/v1"), model="m", api_key="secret-key", max_retries=0,
+                     timeout=10)  # fmt: skip
+
+
 @pytest.fixture
 async def llm_engine(database_url: str, server: FakeHTTPServer) -> AsyncIterator[ContextEngine]:
-    llm = {"provider": "custom", "base_url": server.url("/v1"), "model": "m", "max_retries": 0, "timeout": 10}
+    llm = {"provider": "custom", "base_url": server.url("/v1"), "model": "m", "max_retries": 0, "timeout": 10,
+           "api_key": "secret-key"}  # fmt: skip
     async with ContextEngine(make_config(database_url, llm=llm)) as eng:
         yield eng
 
@@ -174,3 +184,97 @@ async def test_query_meta_without_a_model_is_off(engine: ContextEngine) -> None:
     with pytest.raises(LLMNotConfigured) as off:
         await engine.query_meta("the totals", principals=TRUSTED)
     assert off.value.code == "llm_not_configured"
+
+
+# ------------------------------------------------------------------------------ the quality envelope
+def scripted(*contents: str) -> Any:
+    """A model that answers each request with the next of ``contents`` (the last one from then on)."""
+    answers = list(contents)
+
+    def handler(body: Any, _h: dict[str, str], _t: Any) -> Any:
+        content = answers.pop(0) if len(answers) > 1 else answers[0]
+        return 200, {}, completion(content, 15)
+
+    return handler
+
+
+def outcome_events(events: list[ErrorEvent]) -> list[ErrorEvent]:
+    return [e for e in events if e.stage == "structured_extraction"]
+
+
+async def test_an_empty_extraction_is_not_a_failed_one(server: FakeHTTPServer) -> None:
+    server.route("POST", "/v1/chat/completions", scripted('{"document_type": "memo", "readability": "medium", '
+                                                          '"fields": {}}'))  # fmt: skip
+    out = await extract_structured_data("A memo that states no facts.", llm=llm_of(server))
+    assert (out["quality"], out["readability"], out["fields"], out["failure_reason"]) == ("medium", "medium", {}, None)
+    assert out["error"] is None and out["attempts"] == 1
+    body = server.requests[0].json()
+    assert '"readability"' in body["messages"][0]["content"]  # the envelope's rating is part of the asked shape
+
+
+async def test_invalid_json_past_max_reasks_is_quality_failed(server: FakeHTTPServer) -> None:
+    server.route("POST", "/v1/chat/completions", scripted("Sure! The total is 12 EUR."))
+    errors: list[ErrorEvent] = []
+    out = await extract_structured_data("Total: 12", llm=llm_of(server), max_reasks=1,
+                                        hooks=Hooks(on_error=errors.append))  # fmt: skip
+    assert (out["quality"], out["readability"], out["document_type"], out["fields"]) == ("failed", None, None, {})
+    assert (out["failure_reason"], out["mode"], out["attempts"]) == ("llm_invalid_reply", "prompt", 2)
+    assert out["tokens"] == 30  # both paid attempts are counted
+    assert "Sure!" not in out["error"]  # the model's own reply stays out of the envelope
+    assert len(server.requests) == 2
+    (event,) = outcome_events(errors)
+    assert (event.failure_reason, event.context["attempts"]) == ("llm_invalid_reply", 2)
+
+
+@pytest.mark.parametrize("rating", [None, "excellent"])
+async def test_a_missing_or_unknown_readability_fails_rather_than_defaulting(
+    server: FakeHTTPServer, rating: str | None
+) -> None:
+    envelope: dict[str, Any] = {"document_type": "invoice", "fields": {"total": 12}}
+    if rating is not None:
+        envelope["readability"] = rating
+    server.route("POST", "/v1/chat/completions", scripted(json.dumps(envelope)))
+    out = await extract_structured_data("Total: 12", llm=llm_of(server))
+    assert (out["quality"], out["failure_reason"], out["fields"]) == ("failed", "llm_invalid_reply", {})
+    assert "readability" in out["error"]
+    hinted = await extract_structured_data("Total: 12", llm=llm_of(server), field_hints={"total": "number"})
+    assert hinted["quality"] == "failed" and hinted["mode"] == "native"  # enforced: refused, not re-asked
+
+
+async def test_a_model_that_is_down_is_quality_failed_and_keeps_what_was_stored(
+    llm_engine: ContextEngine, server: FakeHTTPServer
+) -> None:
+    server.route("POST", "/v1/chat/completions", FieldModel())
+    doc = await invoice(llm_engine, 9, "wayne", "75")
+    first = await llm_engine.extract_fields(doc, field_hints=HINTS)
+    assert first["quality"] == "high" and first["stored"] is True
+    errors: list[ErrorEvent] = []
+    llm_engine.hooks.on_error = errors.append
+
+    def down(_body: Any, headers: dict[str, str], _t: Any) -> Any:
+        return 503, {}, {"error": {"message": f"overloaded ({headers.get('authorization')})"}}
+
+    server.route("POST", "/v1/chat/completions", down)
+    out = await llm_engine.extract_fields(doc, field_hints=HINTS)
+    assert (out["quality"], out["stored"], out["failure_reason"]) == ("failed", False, "provider_unavailable")
+    assert out["attempts"] == 1 and out["fields"] == {}
+    assert "secret-key" not in json.dumps(out)
+    (event,) = outcome_events(errors)
+    assert (event.document_id, event.failure_reason) == (doc, "provider_unavailable")
+    sql = await llm_engine.database()
+    async with sql.connect() as conn:
+        kept = (await conn.execute(sql_text("SELECT fields FROM ce_document_fields"))).scalar_one()
+    assert kept["total"] == 75.0  # a failure overwrites nothing
+
+
+async def test_no_readable_text_is_quality_failed_without_a_model_call(server: FakeHTTPServer) -> None:
+    errors: list[ErrorEvent] = []
+    everything = RedactionRule(name="all", pattern=r"(?s).+", action="remove")
+    remove_all = Redactor(RedactionPolicy(rules=[everything]), None, None)
+    for text, redactor in (("  \n\t ", None), ("Total: 12", remove_all)):
+        out = await extract_structured_data(text, llm=llm_of(server), redactor=redactor,
+                                            hooks=Hooks(on_error=errors.append))  # fmt: skip
+        assert (out["quality"], out["failure_reason"], out["attempts"], out["mode"]) == (
+            "failed", "no_readable_text", 0, None)  # fmt: skip
+    assert server.requests == []
+    assert [e.failure_reason for e in outcome_events(errors)] == ["no_readable_text"] * 2

@@ -129,9 +129,9 @@ async def test_extract_structured_data_takes_max_reasks_and_refuses_max_retries(
         await extract_structured_data("Total: 12", llm=llm_of(server), max_retries=1)
     assert server.requests == []
     server.route("POST", "/v1/chat/completions", prompt_only(json_reply(200, completion("not json"))))
-    with pytest.raises(StructuredCallError):
-        hooks = Hooks(on_error=errors.append)
-        await extract_structured_data("Total: 12", llm=llm_of(server), max_reasks=0, hooks=hooks)
+    hooks = Hooks(on_error=errors.append)
+    failed = await extract_structured_data("Total: 12", llm=llm_of(server), max_reasks=0, hooks=hooks)
+    assert (failed["quality"], failed["failure_reason"], failed["attempts"]) == ("failed", "llm_invalid_reply", 1)
     outcome = [e for e in errors if e.stage == "structured_extraction"]
     assert len(outcome) == 1 and outcome[0].context == {
         "stage": "structured_extraction", "document_id": None, "mode": "prompt", "attempts": 1}  # fmt: skip
@@ -152,8 +152,8 @@ async def test_a_failed_extraction_of_a_stored_document_fires_one_outcome_event(
     doc = report.documents[0].document_id
     llm_engine.hooks.on_error = errors.append
     server.route("POST", "/v1/chat/completions", json_reply(200, completion('{"document_type": 5}')))
-    with pytest.raises(StructuredCallError):
-        await llm_engine.extract_fields(doc, field_hints={"total": "number"})
+    failed = await llm_engine.extract_fields(doc, field_hints={"total": "number"})
+    assert (failed["quality"], failed["stored"], failed["fields"]) == ("failed", False, {})
     assert [(e.stage, e.document_id) for e in errors] == [
         ("structured_call_attempt", None), ("structured_call", None), ("structured_extraction", doc)]  # fmt: skip
     assert errors[-1].context["mode"] == "native" and errors[-1].context["attempts"] == 1

@@ -10,8 +10,13 @@ the hints and enforced by the provider, so the reply holds EXACTLY those keys, e
 scalar type or null. Without hints the model chooses the keys; that shape cannot be described in
 the portable subset, so it is sent unenforced and validated here (flat scalars only).
 
-A failed extraction fires exactly one ``structured_extraction`` event on ``hooks.on_error``
-(``document_id``, ``mode`` and ``attempts`` in its context), beside the model call's own per-attempt
+Every answer is an envelope, so a caller can tell a failed extraction from an empty one: the model
+rates how legible the text was (``readability``: ``high``, ``medium`` or ``low``, part of the schema,
+so a missing or unknown rating is a reply that failed validation, never a default), and ``quality``
+is that rating, or ``"failed"`` with ``failure_reason`` and ``error`` when there was no usable reply
+(invalid past ``max_reasks``, the model unreachable) or no readable text to send. A failed
+extraction fires exactly one ``structured_extraction`` event on ``hooks.on_error`` (``document_id``,
+``mode`` and ``attempts`` in its context), beside the model call's own per-attempt
 ``structured_call*`` events: attempt telemetry and outcome are different questions.
 """
 
@@ -40,10 +45,15 @@ MAX_FIELDS = 50
 MAX_NAME_CHARS = 64
 MAX_CHARS = 12_000
 _SCALAR = ["string", "number", "integer", "boolean", "null"]
+#: how legible the model found the text; a reply without one of these is invalid
+READABILITY = ["high", "medium", "low"]
+#: ``quality`` of an extraction that produced no usable reply
+FAILED = "failed"
 
 SYSTEM = (
     "You read one document and extract its structured facts. Reply with JSON: document_type is a short "
-    "lower-case label for what the document is (invoice, contract, report...), and fields holds the "
+    "lower-case label for what the document is (invoice, contract, report...), readability rates how "
+    "legible the text is (high, medium, or low for garbled or fragmentary text), and fields holds the "
     "facts as flat key/value pairs with scalar values. Dates are ISO-8601 (YYYY-MM-DD); amounts are "
     "numbers without currency symbols. Use null for a field the document does not state."
 )
@@ -61,6 +71,7 @@ def hinted_schema(field_hints: dict[str, str]) -> dict[str, Any]:
         "type": "object",
         "properties": {
             "document_type": {"type": ["string", "null"]},
+            "readability": {"type": "string", "enum": READABILITY},
             "fields": {"type": "object", "properties": properties},
         },
     }
@@ -71,9 +82,10 @@ OPEN_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "document_type": {"type": ["string", "null"]},
+        "readability": {"type": "string", "enum": READABILITY},
         "fields": {"type": "object", "additionalProperties": {"type": _SCALAR}},
     },
-    "required": ["document_type", "fields"],
+    "required": ["document_type", "readability", "fields"],
     "additionalProperties": False,
 }
 
@@ -105,11 +117,13 @@ async def extract_document_fields(
     hooks: Hooks | None = None,
     max_reasks: int = 1,
 ) -> dict[str, Any]:
-    """Extract and store one document's fields; returns what was stored (``stored`` False if superseded).
+    """Extract and store one document's fields; returns the envelope with ``stored``.
 
-    The text the model reads is masked by ``redactor`` first (the engine passes its output policy
-    with no caller exemptions, since the text leaves the process). Raises ``LLMNotConfigured``,
-    ``InvalidRequest`` for bad hints, and ``StructuredCallError``/``ProviderError`` from the model.
+    ``stored`` is False when that version is no longer current, and when ``quality`` is
+    ``"failed"`` (nothing is written, so fields read from an earlier version are never overwritten
+    by a failure). The text the model reads is masked by ``redactor`` first (the engine passes its
+    output policy with no caller exemptions, since the text leaves the process). Raises
+    ``LLMNotConfigured`` and ``InvalidRequest`` for bad hints.
     """
     if llm is None:
         raise LLMNotConfigured("structured extraction needs an LLM: configure the llm section")
@@ -123,7 +137,7 @@ async def extract_document_fields(
         max_reasks=max_reasks,
         document_id=document_id,
     )
-    stored = await save_fields(
+    stored = found["quality"] != FAILED and await save_fields(
         sql,
         document_id,
         version,
@@ -148,11 +162,14 @@ async def extract_structured_data(
     document_id: str | None = None,
     **renamed: Any,
 ) -> dict[str, Any]:
-    """A text's ``document_type`` and ``fields`` (with ``field_types``, ``mode``, ``attempts``, ``tokens``).
+    """A text's extraction envelope: ``quality``, ``readability``, ``document_type``, ``fields``
+    (with ``field_types``), ``mode``, ``attempts``, ``tokens``, ``failure_reason`` and ``error``.
 
-    ``max_reasks`` is how often an unusable reply on the prompt path is asked again (0 to 3); it is
-    not the provider's ``max_retries``, and passing that name here is a ``TypeError`` so the two
-    cannot be confused. Nothing is stored.
+    A model that gave no usable reply is ``quality="failed"`` rather than an exception, so a batch
+    of documents can carry on; a bad call still raises (``LLMNotConfigured``, ``InvalidRequest``
+    for bad hints). ``max_reasks`` is how often an unusable reply on the prompt path is asked again
+    (0 to 3); it is not the provider's ``max_retries``, and passing that name here is a
+    ``TypeError`` so the two cannot be confused. Nothing is stored.
     """
     if "max_retries" in renamed:
         raise TypeError(
@@ -167,6 +184,9 @@ async def extract_structured_data(
     text = text[:MAX_CHARS]
     if redactor is not None:
         text = redactor.text(text) or ""
+    if not text.strip():
+        failure = NoReadableText("the document holds no readable text to extract fields from")
+        return await _failed(failure, hooks, document_id)
     schema = hinted_schema(hints) if hints else OPEN_SCHEMA
     try:
         reply = await structured_call(
@@ -180,23 +200,53 @@ async def extract_structured_data(
             hooks=hooks,
             max_reasks=max_reasks,
         )
-    except ContextEngineError as exc:
-        if hooks is not None:
-            context = {"stage": "structured_extraction", "document_id": document_id,
-                       "mode": exc.details.get("mode"), "attempts": exc.details.get("attempts")}  # fmt: skip
-            event = ErrorEvent("structured_extraction", "document_fields", document_id, exc.code, exc.message,
-                               exc.details.get("attempts"), context)  # fmt: skip
-            await hooks.emit("on_error", event)
+    except LLMNotConfigured:
         raise
+    except ContextEngineError as exc:
+        return await _failed(exc, hooks, document_id)
     named = ((str(k).strip(), v) for k, v in reply.value["fields"].items())
     fields: dict[str, Any] = dict([(k, v) for k, v in named if 0 < len(k) <= MAX_NAME_CHARS][:MAX_FIELDS])
+    readability = reply.value["readability"]
     return {
+        "quality": readability,
+        "readability": readability,
         "document_type": reply.value.get("document_type"),
         "fields": fields,
         "field_types": {name: _type_of(name, value, hints) for name, value in fields.items()},
         "mode": reply.mode,
         "attempts": reply.attempts,
         "tokens": reply.tokens,
+        "failure_reason": None,
+        "error": None,
+    }
+
+
+class NoReadableText(ContextEngineError):
+    """Nothing left to read once the text was trimmed and masked: no model is asked."""
+
+    code = "no_readable_text"
+    status = 422
+
+
+async def _failed(exc: ContextEngineError, hooks: Hooks | None, document_id: str | None) -> dict[str, Any]:
+    """The ``quality="failed"`` envelope, after the one ``structured_extraction`` outcome event."""
+    mode, attempts = exc.details.get("mode"), exc.details.get("attempts", 0)
+    if hooks is not None:
+        context = {"stage": "structured_extraction", "document_id": document_id, "mode": mode, "attempts": attempts}
+        event = ErrorEvent("structured_extraction", "document_fields", document_id, exc.code, exc.message,
+                           attempts or None, context)  # fmt: skip
+        await hooks.emit("on_error", event)
+    return {
+        "quality": FAILED,
+        "readability": None,
+        "document_type": None,
+        "fields": {},
+        "field_types": {},
+        "mode": mode,
+        "attempts": attempts,
+        "tokens": exc.details.get("tokens", 0),
+        "failure_reason": exc.code,
+        "error": exc.message,
     }
 
 

@@ -37,6 +37,8 @@ class Extracted:
 class ExtractionFailed(Exception):
     """Raised by an extractor for a file it cannot read; becomes a ``failed`` document."""
 
-    def __init__(self, message: str, reason: str = "extraction_failed"):
+    def __init__(self, message: str, reason: str = "extraction_failed", *, page: int | None = None):
         super().__init__(message)
         self.reason = reason
+        #: the page (1-based) the failure is about, where one is
+        self.page = page

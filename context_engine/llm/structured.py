@@ -176,6 +176,9 @@ class _Call:
                     system=sent_system, messages=messages, schema=schema if self.enforce else None, schema_name=name
                 )
             except ProviderError as exc:
+                # where the call had got to, for a call site that reports the outcome (never the reply)
+                for key, value in (("mode", mode), ("attempts", attempt), ("tokens", tokens)):
+                    exc.details.setdefault(key, value)
                 failure: ContextEngineError = exc
                 if _REFUSED in exc.message:
                     failure = StructuredRefusal(

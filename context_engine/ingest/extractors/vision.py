@@ -137,27 +137,30 @@ class PageTranscriber:
         try:
             reply = future.result(timeout=self.page_deadline)
         except ContextEngineError as exc:
-            raise ExtractionFailed(f"{failed}: {vision_section(exc.message)}", reason="vision_failed") from exc
+            raise ExtractionFailed(
+                f"{failed}: {vision_section(exc.message)}", reason="vision_failed", page=number
+            ) from exc
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise ExtractionFailed(
-                f"{failed}: no answer within {self.page_deadline:.0f} s", reason="vision_failed"
+                f"{failed}: no answer within {self.page_deadline:.0f} s", reason="vision_failed", page=number
             ) from None
         except Exception as exc:  # a bug below the provider's own error handling: named by type only
-            raise ExtractionFailed(f"{failed} ({type(exc).__name__})", reason="vision_failed") from exc
+            raise ExtractionFailed(f"{failed} ({type(exc).__name__})", reason="vision_failed", page=number) from exc
         self.tokens += reply.tokens
         if reply.truncated:
             raise ExtractionFailed(
                 f"{label}: the transcription of page {number} was cut off at vision_llm.max_tokens "
                 f"({self.max_tokens}); raise it",
                 reason="vision_failed",
+                page=number,
             )
         text = clean_reply(reply.text)
         self._memo[key] = text
         return number, text
 
 
-def _require_rasteriser(what: str) -> None:
+def require_rasteriser(what: str) -> None:
     try:
         import PIL.Image  # noqa: F401
         import pypdfium2  # noqa: F401
@@ -174,7 +177,23 @@ def _png(image: Any) -> ImageInput:
     return ImageInput(out.getvalue(), detect.PNG)
 
 
-def _pdf_page_images(source: Source, numbers: list[int]) -> Iterator[tuple[int, ImageInput]]:
+def pdf_page_count(source: Source) -> int:
+    """How many pages the PDF holds, as pdfium reads it (``ExtractionFailed`` for one it cannot open)."""
+    import pypdfium2
+
+    with source.open() as stream:
+        with _PDFIUM:
+            try:
+                document = pypdfium2.PdfDocument(stream)
+            except pypdfium2.PdfiumError as exc:
+                raise ExtractionFailed(f"{source.label} is not a PDF pdfium can open ({exc})") from None
+            try:
+                return len(document)
+            finally:
+                document.close()
+
+
+def pdf_page_images(source: Source, numbers: list[int]) -> Iterator[tuple[int, ImageInput]]:
     """Each listed page (1-based) rendered to PNG, its longest side at most ``LONG_EDGE`` pixels."""
     import pypdfium2
 
@@ -203,15 +222,15 @@ def transcribe_pdf_pages(source: Source, numbers: list[int]) -> list[Unit]:
     assert source.vision is not None
     listed = ", ".join(str(number) for number in numbers[:20])
     which = f"page {listed} has" if len(numbers) == 1 else f"pages {listed} have"
-    _require_rasteriser(f"{source.label}: {which} no text layer (scanned) and vision_llm needs them as images")
+    require_rasteriser(f"{source.label}: {which} no text layer (scanned) and vision_llm needs them as images")
     reader = MarkdownPages()
     units: list[Unit] = []
-    for number, markdown in source.vision.transcribe(_pdf_page_images(source, numbers), source.label):
+    for number, markdown in source.vision.transcribe(pdf_page_images(source, numbers), source.label):
         units.extend(reader.read(markdown, number, {"transcribed": True}))
     return units
 
 
-def _frame_images(image: Any, raw: bytes) -> Iterator[tuple[int, ImageInput]]:
+def frame_images(image: Any, raw: bytes) -> Iterator[tuple[int, ImageInput]]:
     """Each frame as PNG (scaled to ``LONG_EDGE``); a small single-frame PNG or JPEG goes as it is."""
     from PIL import ImageSequence
 
@@ -233,7 +252,7 @@ def _frame_images(image: Any, raw: bytes) -> Iterator[tuple[int, ImageInput]]:
 def transcribe_image(source: Source) -> Extracted:
     """An image file read by ``vision_llm``: one page per frame (a multi-page TIFF has several)."""
     assert source.vision is not None
-    _require_rasteriser(f"{source.label} is an image, and vision_llm needs Pillow to read it")
+    require_rasteriser(f"{source.label} is an image, and vision_llm needs Pillow to read it")
     from PIL import Image
 
     raw = source.read()
@@ -243,7 +262,7 @@ def transcribe_image(source: Source) -> Extracted:
     with Image.open(io.BytesIO(raw)) as image:
         mime = Image.MIME.get(image.format or "", detect.PNG)
         frames = getattr(image, "n_frames", 1)
-        for number, markdown in source.vision.transcribe(_frame_images(image, raw), source.label):
+        for number, markdown in source.vision.transcribe(frame_images(image, raw), source.label):
             units.extend(reader.read(markdown, number, {"transcribed": True}))
     if not units:
         raise no_text(source)
