@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from context_engine.storage import bm25_stats
+from context_engine.storage import bm25_stats, layout
 from context_engine.storage.predicates import ReadScope, live, visibility
 from context_engine.storage.vectors import register_vector_types, vector_array
 from context_engine.write_access import WriteAccess, target_of
@@ -52,19 +52,12 @@ async def find_by_identity(
 
     ``for_update`` row-locks it until the caller's transaction ends (a writer re-reading it).
     """
-    row = (
-        (
-            await conn.execute(
-                text(
-                    "SELECT id, content_hash, status, version FROM ce_documents WHERE source_id = :s AND name = :n"
-                    + (" FOR UPDATE" if for_update else "")
-                ),
-                {"s": source_id, "n": name},
-            )
-        )
-        .mappings()
-        .first()
-    )
+    sql = "SELECT id, content_hash, status, version FROM ce_documents WHERE source_id = :s AND name = :n"
+    params = {"s": source_id, "n": name}
+    if for_update and await layout.distributed(conn):  # rows on several shards: locked one by one
+        await layout.lock_documents(conn, [str(r[0]) for r in await conn.execute(text(sql), params)])
+        for_update = False
+    row = (await conn.execute(text(sql + (" FOR UPDATE" if for_update else "")), params)).mappings().first()
     return dict(row) if row else None
 
 
@@ -74,7 +67,9 @@ def identity_key(source_id: str, name: str) -> str:
     return f"{len(source_id)}:{source_id}/{name}"
 
 
-_LEASE_UNTIL = "clock_timestamp() + make_interval(secs => CAST(:t AS double precision))"
+#: a lease's end, from the start of the statement that takes or renews it: statement_timestamp() is stable
+#: within the statement, which a distributed (Citus) UPDATE requires of every function it evaluates
+_LEASE_UNTIL = "statement_timestamp() + make_interval(secs => CAST(:t AS double precision))"
 
 
 async def find_identities(
@@ -83,14 +78,16 @@ async def find_identities(
     """:func:`find_by_identity` for many ``(source_id, name)`` pairs in one statement."""
     if not identities:
         return {}
-    rows = await conn.execute(
-        text(
-            "SELECT d.id, d.source_id, d.name, d.content_hash, d.status, d.version FROM ce_documents d "
-            "JOIN unnest(CAST(:s AS text[]), CAST(:n AS text[])) AS x(s, n) ON d.source_id = x.s AND d.name = x.n "
-            "ORDER BY d.id" + (" FOR UPDATE OF d" if for_update else "")
-        ),
-        {"s": [i[0] for i in identities], "n": [i[1] for i in identities]},
+    sql = (
+        "SELECT d.id, d.source_id, d.name, d.content_hash, d.status, d.version FROM ce_documents d "
+        "JOIN unnest(CAST(:s AS text[]), CAST(:n AS text[])) AS x(s, n) ON d.source_id = x.s AND d.name = x.n "
+        "ORDER BY d.id"
     )
+    params = {"s": [i[0] for i in identities], "n": [i[1] for i in identities]}
+    if for_update and await layout.distributed(conn):  # rows on several shards: locked one by one
+        await layout.lock_documents(conn, [str(r[0]) for r in await conn.execute(text(sql), params)])
+        for_update = False
+    rows = await conn.execute(text(sql + (" FOR UPDATE OF d" if for_update else "")), params)
     return {(r["source_id"], r["name"]): dict(r) for r in rows.mappings()}
 
 
@@ -512,12 +509,15 @@ async def close_versions(
         text(
             "UPDATE ce_documents d SET text = CASE WHEN CAST(:cap AS integer) IS NULL THEN t.txt "
             "ELSE left(t.txt, CAST(:cap AS integer)) END, meta = jsonb_set(CASE WHEN length(t.txt) > "
-            "CAST(:cap AS integer) THEN d.meta || jsonb_build_object('text_truncated', true) ELSE d.meta END, "
-            "'{embedding_progress}', "
-            # the document's own counts: chunks whose vector was copied from the last version are done
-            "jsonb_build_object('done', t.total - t.pending, 'total', t.total, 'tokens', 0)) FROM (SELECT "
+            "CAST(:cap AS integer) THEN d.meta || CAST('{\"text_truncated\": true}' AS jsonb) ELSE d.meta END, "
+            # the progress is built in the subquery: a distributed (Citus) UPDATE evaluates no stable
+            # function of a column itself. The document's own counts: chunks whose vector was copied
+            # from the last version are done
+            "'{embedding_progress}', t.progress) FROM (SELECT "
             "c.document_id, coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') AS txt, "
-            "count(*) AS total, count(*) FILTER (WHERE c.embedding IS NULL) AS pending FROM ce_chunks c "
+            "count(*) FILTER (WHERE c.embedding IS NULL) AS pending, jsonb_build_object('done', "
+            "count(*) FILTER (WHERE c.embedding IS NOT NULL), 'total', count(*), 'tokens', 0) AS progress "
+            "FROM ce_chunks c "
             "JOIN unnest(CAST(:ids AS uuid[]), CAST(:vs AS integer[])) AS x(id, v) "
             "ON c.document_id = x.id AND c.version = x.v GROUP BY 1) t "
             "WHERE d.id = t.document_id RETURNING CAST(d.id AS text), t.pending"
@@ -894,6 +894,21 @@ _HIT_NAME = (
 )
 
 
+#: the same name as joins, for a distributed (Citus) schema, which refuses a lateral subquery without FROM
+#: around correlated lookups; the joins are on the document, the distribution column, so stay on one shard
+_HIT_NAME_JOINS = (
+    "LEFT JOIN ce_document_versions hv ON hv.document_id = c.document_id AND hv.version = c.version "
+    "LEFT JOIN ce_documents hd ON hd.id = c.document_id"
+)
+
+
+def _hit_name(distributed: bool) -> tuple[str, str]:
+    """``(FROM clause addition over ce_chunks c, the name's expression)`` for the layout."""
+    if distributed:
+        return _HIT_NAME_JOINS, "coalesce(hv.name, hd.name)"
+    return f"CROSS JOIN LATERAL ({_HIT_NAME}) n", "n.name"
+
+
 async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> dict[int, dict[str, Any]]:
     """Load the fused winners (the predicate is applied again: cheap, and never trusts ids)."""
     if not ids:
@@ -903,12 +918,13 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
     # written without a version row, as a bulk load may, fall back to the live document's name).
     # Looked up per row by primary key, the document only when the version has no name (coalesce
     # stops at its first non-null argument): a join let the planner hash the whole versions table.
-    sql = (
-        "SELECT c.id, c.document_id, n.name AS document_name, c.text, c.source_id, c.position, "
-        f"c.section, c.page, c.kind, c.version FROM ce_chunks c CROSS JOIN LATERAL ({_HIT_NAME}) n "
-        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND n.name IS NOT NULL AND {scope.predicate('c', params)}"
-    )
     async with db.connect() as conn:
+        joins, name = _hit_name(await layout.distributed(conn))
+        sql = (
+            f"SELECT c.id, c.document_id, {name} AS document_name, c.text, c.source_id, c.position, "
+            f"c.section, c.page, c.kind, c.version FROM ce_chunks c {joins} "
+            f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND {name} IS NOT NULL AND {scope.predicate('c', params)}"
+        )
         return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
 
 
@@ -926,10 +942,18 @@ async def group_hits(
     if not ids:
         return {}, 0
     params: dict[str, Any] = {"ids": list(ids), "top_docs": documents, "per_doc": per_document}
+    async with db.connect() as conn:
+        joins, name = _hit_name(await layout.distributed(conn))
+        return await _group_hits(conn, joins, name, scope, params)
+
+
+async def _group_hits(
+    conn: AsyncConnection, joins: str, name: str, scope: ReadScope, params: dict[str, Any]
+) -> tuple[dict[int, dict[str, Any]], int]:
     sql = (
         "WITH f AS (SELECT f.id, f.ord FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS f(id, ord)), "
-        "v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, n.name FROM f JOIN ce_chunks c ON c.id = f.id "
-        f"CROSS JOIN LATERAL ({_HIT_NAME}) n WHERE n.name IS NOT NULL AND {scope.predicate('c', params)}), "
+        f"v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, {name} AS name FROM f JOIN ce_chunks c ON c.id = f.id "
+        f"{joins} WHERE {name} IS NOT NULL AND {scope.predicate('c', params)}), "
         "d AS MATERIALIZED (SELECT v.document_id, min(v.ord) AS first FROM v GROUP BY v.document_id), "
         "top AS (SELECT d.document_id, d.first FROM d ORDER BY d.first LIMIT :top_docs), "
         "p AS (SELECT v.id, v.ord, v.name, top.first, "
@@ -939,9 +963,8 @@ async def group_hits(
         "c.section, c.page, c.kind, c.version, (SELECT count(*) FROM d) AS documents "
         "FROM p JOIN ce_chunks c ON c.id = p.id WHERE p.k <= :per_doc ORDER BY p.first, p.ord"
     )
-    async with db.connect() as conn:
-        result = await conn.execute(text(sql), params)
-        keys, found = list(result.keys())[:-1], result.all()
+    result = await conn.execute(text(sql), params)
+    keys, found = list(result.keys())[:-1], result.all()
     if not found:
         return {}, 0
     return {int(r[0]): dict(zip(keys, r, strict=False)) for r in found}, int(found[0][-1])
