@@ -169,9 +169,10 @@ async def live_version(
         await conn.execute(
             text(
                 "SELECT state, poll_holder = CAST(:h AS uuid), content_hash, chunk_count "
-                "FROM ce_embedding_batches WHERE id = :id FOR UPDATE"
+                # the document too: a distributed (Citus) schema locks a row only by its shard's key
+                "FROM ce_embedding_batches WHERE id = :id AND document_id = CAST(:d AS uuid) FOR UPDATE"
             ),
-            {"id": row_id, "h": holder},
+            {"id": row_id, "h": holder, "d": document_id},
         )
     ).first()
     if job is None or job[0] != "pending":

@@ -11,8 +11,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from context_engine.errors import DocumentBusy, NameTaken
 from context_engine.storage import bm25_stats, layout
 from context_engine.storage.predicates import ReadScope, live, visibility
+from context_engine.storage.session_locks import LOCK_ID_SQL
 from context_engine.storage.vectors import register_vector_types, vector_array
 from context_engine.write_access import WriteAccess, target_of
 
@@ -763,6 +765,8 @@ async def update_document(
         if current is None:
             return None
         access.check(target_of(dict(current)), scope.principals)
+        if (name is not None or acl is not None) and await layout.distributed(conn):
+            await _claim_identity(conn, dict(current), name=name, acl=acl)
         revision = await next_revision(conn)
         sets = ["updated_revision = :r", "updated_at = now()"]
         values: dict[str, Any] = {"id": document_id, "r": revision}
@@ -793,6 +797,29 @@ async def update_document(
         await _open_metadata_version(conn, values)
         await bm25_stats.admit(conn, document_id)
         return revision
+
+
+async def _claim_identity(
+    conn: AsyncConnection, current: dict[str, Any], *, name: str | None, acl: Sequence[str] | None
+) -> None:
+    """What the unique index on ``(source_id, name, acl)`` answers on one node, for a distributed schema,
+    which cannot keep that index (it lacks the distribution key): the identity a rename or an ACL change
+    moves the document to is locked as a writer of it locks it (``DocumentBusy`` while one holds it),
+    then refused with ``NameTaken`` when another document holds it."""
+    new_name = current["name"] if name is None else name
+    new_acl = list(current["acl"]) if acl is None else list(acl)
+    key = identity_key(current["source_id"], new_name)
+    if not await conn.scalar(text(f"SELECT pg_try_advisory_xact_lock({LOCK_ID_SQL})"), {"k": key}):
+        raise DocumentBusy("a write to that name is in progress; retry shortly")
+    taken = await conn.scalar(
+        text(
+            "SELECT 1 FROM ce_documents WHERE source_id = :s AND name = :n AND acl = CAST(:acl AS text[]) "
+            "AND id <> CAST(:id AS uuid) LIMIT 1"
+        ),
+        {"s": current["source_id"], "n": new_name, "acl": new_acl, "id": str(current["id"])},
+    )
+    if taken:
+        raise NameTaken()
 
 
 async def _open_metadata_version(conn: AsyncConnection, values: dict[str, Any]) -> None:

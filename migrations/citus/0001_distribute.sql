@@ -33,6 +33,13 @@
 SET LOCAL citus.enable_unsafe_triggers = on;
 SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 
+-- Every session of this database writes over one connection per node: a write transaction touches a
+-- reference table (the revision, the BM25 statistics) and then reads or writes shards joined to it,
+-- which Citus refuses once a placement was written over more than one connection. Searches are reads
+-- and keep their parallel fan-out. (Set for the sessions that start from now on, and for this one.)
+DO E'BEGIN EXECUTE format(''ALTER DATABASE \045I SET citus.multi_shard_modify_mode = sequential'', current_database())\073 END';
+SET citus.multi_shard_modify_mode = 'sequential';
+
 DROP TRIGGER IF EXISTS ce_document_versions_fill ON ce_document_versions;
 DROP TRIGGER IF EXISTS ce_vector_counts_insert ON ce_chunks;
 DROP TRIGGER IF EXISTS ce_vector_counts_update ON ce_chunks;
