@@ -34,7 +34,11 @@ CROWD, FAR = "group:crowd", "group:far"
 VECTOR_ONLY = {"weights": {"fts": 0, "trigram": 0, "vector": 1}}
 MIGRATION = next(migrations_dir().glob("0004_*.sql"))
 SUMS_MIGRATION = next(migrations_dir().glob("0007_*.sql"))
-_KEPT_SUMS = "SELECT source_id, kind, principal, embedding_sum::text FROM ce_vector_counts WHERE chunks <> 0"
+#: summed per key: a distributed (Citus) schema keeps one row per key and shard
+_KEPT_SUMS = (
+    "SELECT source_id, kind, principal, sum(embedding_sum)::text FROM ce_vector_counts "
+    "GROUP BY 1, 2, 3 HAVING sum(chunks) <> 0"
+)
 _RECOUNTED_SUMS = (
     "SELECT c.source_id, k.kind, k.principal, sum(c.embedding)::text FROM ce_chunks c "
     "CROSS JOIN LATERAL ce_vector_count_keys(c.acl) k WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "

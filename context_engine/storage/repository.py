@@ -643,6 +643,27 @@ _VERSION_TEXT = (
 _VERSION_FROM = "FROM ce_document_versions v LEFT JOIN ce_documents d ON d.id = v.document_id"
 
 
+def _live(column: str) -> str:
+    return f"(SELECT d.{column} FROM ce_documents d WHERE d.id = v.document_id)"
+
+
+#: the same columns for a distributed (Citus) schema, which refuses correlated subqueries beside columns
+#: of an outer-joined table: the live document's columns are lookups on the document's key as well
+_DISTRIBUTED_VERSION_COLUMNS = (
+    _VERSION_COLUMNS.replace("CASE WHEN d.version = v.version", f"CASE WHEN {_live('version')} = v.version")
+    .replace("THEN d.status", f"THEN {_live('status')}")
+    .replace("THEN d.failure_reason", f"THEN {_live('failure_reason')}")
+    .replace("THEN d.error", f"THEN {_live('error')}")
+)
+
+
+def _version_sql(distributed: bool) -> tuple[str, str]:
+    """``(columns, FROM clause)`` of a document as one of its versions answers, for the layout."""
+    if distributed:
+        return _DISTRIBUTED_VERSION_COLUMNS, "FROM ce_document_versions v"
+    return _VERSION_COLUMNS, _VERSION_FROM
+
+
 async def get_document(
     db: AsyncEngine, document_id: str, scope: ReadScope, *, with_text: bool, version: int | None = None
 ) -> dict[str, Any] | None:
@@ -664,9 +685,11 @@ async def get_document(
             where += scope.today("v", params, history=True)
         else:
             where = scope.version_predicate("v", params)
-        cols = _VERSION_COLUMNS + (_VERSION_TEXT if with_text else "")
-        sql = f"SELECT {cols} {_VERSION_FROM} WHERE v.document_id = CAST(:id AS uuid) AND {where}"
+        sql = f"WHERE v.document_id = CAST(:id AS uuid) AND {where}"
     async with db.connect() as conn:
+        if version is not None or scope.historical:
+            cols, source = _version_sql(await layout.distributed(conn))
+            sql = f"SELECT {cols}{_VERSION_TEXT if with_text else ''} {source} {sql}"
         row = (await conn.execute(text(sql), params)).mappings().first()
     return dict(row) if row else None
 
@@ -716,9 +739,12 @@ async def list_documents(
     db: AsyncEngine, scope: ReadScope, *, limit: int, after: tuple[str, str] | None
 ) -> list[dict[str, Any]]:
     params: dict[str, Any] = {"limit": limit}
+    async with db.connect() as conn:
+        distributed = await layout.distributed(conn)
     if scope.historical:
         versions = scope.version_predicate("v", params)
-        sql = f"SELECT * FROM (SELECT {_VERSION_COLUMNS} {_VERSION_FROM} WHERE {versions}) d"
+        cols, source = _version_sql(distributed)
+        sql = f"SELECT * FROM (SELECT {cols} {source} WHERE {versions}) d"
         where = "TRUE"
     else:
         sql = f"SELECT {_DOC_COLUMNS} FROM ce_documents d"
@@ -999,12 +1025,13 @@ async def _group_hits(
 
 async def stats(db: AsyncEngine, scope: ReadScope) -> dict[str, Any]:
     params: dict[str, Any] = {}
-    if scope.historical:
-        rows = f"(SELECT {_VERSION_COLUMNS} {_VERSION_FROM} WHERE {scope.version_predicate('v', params)}) d"
-        where = "TRUE"
-    else:
-        rows, where = "ce_documents d", _doc_scope(scope, params)
     async with db.connect() as conn:
+        if scope.historical:
+            cols, source = _version_sql(await layout.distributed(conn))
+            rows = f"(SELECT {cols} {source} WHERE {scope.version_predicate('v', params)}) d"
+            where = "TRUE"
+        else:
+            rows, where = "ce_documents d", _doc_scope(scope, params)
         by_status = {
             r[0]: int(r[1])
             for r in await conn.execute(text(f"SELECT d.status, count(*) FROM {rows} WHERE {where} GROUP BY 1"), params)

@@ -40,6 +40,11 @@ SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 DO E'BEGIN EXECUTE format(''ALTER DATABASE \045I SET citus.multi_shard_modify_mode = sequential'', current_database())\073 END';
 SET citus.multi_shard_modify_mode = 'sequential';
 
+-- The vector leg's scan settings (hnsw.ef_search, the iterative scan, the disabled plan nodes) are
+-- planned on the shards: a transaction's SET LOCAL goes on to the shards' connections.
+DO E'BEGIN EXECUTE format(''ALTER DATABASE \045I SET citus.propagate_set_commands = local'', current_database())\073 END';
+SET citus.propagate_set_commands = 'local';
+
 DROP TRIGGER IF EXISTS ce_document_versions_fill ON ce_document_versions;
 DROP TRIGGER IF EXISTS ce_vector_counts_insert ON ce_chunks;
 DROP TRIGGER IF EXISTS ce_vector_counts_update ON ce_chunks;
