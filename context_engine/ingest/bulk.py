@@ -59,7 +59,7 @@ from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pipeline import UNNAMED, Ingestor, Prepared, chunk_stream, open_source, prepare, unnamed_name
 from context_engine.models import DocumentReport
 from context_engine.principals import holds_acl
-from context_engine.storage import bm25_stats
+from context_engine.storage import bm25_stats, layout
 from context_engine.storage import repository as repo
 from context_engine.storage.migrate import revision_files
 
@@ -556,6 +556,25 @@ async def _taken(conn: AsyncConnection, ready: list[_Ready]) -> set[int]:
     """Positions (in ``ready``) whose identity is filed already or locked by a writer right now;
     the others are locked for this transaction, as an ordinary writer locks its one identity."""
     keys = [repo.identity_key(r.doc.source_id, r.name) for r in ready]
+    params = {"keys": keys, "s": [r.doc.source_id for r in ready], "n": [r.name for r in ready]}
+    if await layout.distributed(conn):
+        # Citus plans no correlated subquery beside a set-returning function: locks, then a join
+        locked = await conn.execute(
+            text(
+                "SELECT k.i - 1, pg_try_advisory_xact_lock(hashtextextended(k.key, 7)) "
+                "FROM unnest(CAST(:keys AS text[])) WITH ORDINALITY AS k(key, i)"
+            ),
+            params,
+        )
+        busy = {int(i) for i, got in locked if not got}
+        filed = await conn.execute(
+            text(
+                "SELECT DISTINCT k.i - 1 FROM unnest(CAST(:s AS text[]), CAST(:n AS text[])) WITH ORDINALITY "
+                "AS k(s, n, i) JOIN ce_documents d ON d.source_id = k.s AND d.name = k.n"
+            ),
+            params,
+        )
+        return busy | {int(r[0]) for r in filed}
     rows = await conn.execute(
         text(
             "SELECT k.i - 1, pg_try_advisory_xact_lock(hashtextextended(k.key, 7)) AS locked, "
@@ -563,7 +582,7 @@ async def _taken(conn: AsyncConnection, ready: list[_Ready]) -> set[int]:
             "FROM unnest(CAST(:keys AS text[]), CAST(:s AS text[]), CAST(:n AS text[])) WITH ORDINALITY "
             "AS k(key, s, n, i)"
         ),
-        {"keys": keys, "s": [r.doc.source_id for r in ready], "n": [r.name for r in ready]},
+        params,
     )
     return {int(i) for i, locked, filed in rows if filed or not locked}
 
