@@ -836,7 +836,7 @@ async def _claim_identity(
     new_acl = list(current["acl"]) if acl is None else list(acl)
     key = identity_key(current["source_id"], new_name)
     if not await conn.scalar(text(f"SELECT pg_try_advisory_xact_lock({LOCK_ID_SQL})"), {"k": key}):
-        raise DocumentBusy("a write to that name is in progress; retry shortly")
+        raise DocumentBusy()
     taken = await conn.scalar(
         text(
             "SELECT 1 FROM ce_documents WHERE source_id = :s AND name = :n AND acl = CAST(:acl AS text[]) "
