@@ -14,8 +14,10 @@ from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
+from psycopg import sql as pgsql
 
 from context_engine import TRUSTED, ContextEngine
+from context_engine.retrieval import planner
 from context_engine.revisions.errors import IdempotencyKeyReused
 from tests.conftest import make_config
 from tests.test_acl_leak_property import WORDS, WordEmbedder
@@ -180,3 +182,27 @@ async def test_revisions_and_idempotency_keys_hold_for_concurrent_writers(
     both = await asyncio.gather(*(engine.ingest(text="zebra orbit", name=name, acl=["g1"]) for _ in range(2)))
     assert len({b.documents[0].document_id for b in both}) == 1  # one name per visibility, across shards
     assert _rows(url, f"SELECT count(*) FROM ce_documents WHERE name = '{name}'") == [(1,)]
+
+
+async def test_the_index_plan_settings_reach_every_shard(cluster_engine: tuple[ContextEngine, str]) -> None:
+    """The vector leg's forced index scan is planned on the shards: its SET LOCAL settings reach them
+    (``citus.propagate_set_commands``), so a shard walks its own HNSW graph, and the exact plan's
+    expression keeps every shard off the index."""
+    engine, url = cluster_engine
+    await _corpus(engine, documents=8)
+    query = "[" + ",".join(["0.25"] * 16) + "]"
+    order = f"c.embedding <=> '{query}'::vector"
+    where = "c.valid_to IS NULL AND c.embedding IS NOT NULL"
+    with psycopg.connect(url) as conn:
+        for name, value in planner.index_settings(40, "relaxed_order").items():
+            conn.execute(pgsql.SQL("SET LOCAL {} = {}").format(pgsql.SQL(name), pgsql.Literal(value)))
+        ann = "\n".join(
+            r[0] for r in conn.execute(f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY {order} LIMIT 10")
+        )
+        exact = "\n".join(
+            r[0]
+            for r in conn.execute(f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY ({order}) + 0 LIMIT 10")
+        )
+        conn.rollback()
+    assert "Custom Scan (Citus Adaptive)" in ann and "Index Scan using ix_ce_chunks_embedding_" in ann
+    assert "Custom Scan (Citus Adaptive)" in exact and "ix_ce_chunks_embedding" not in exact
