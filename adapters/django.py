@@ -74,7 +74,7 @@ def create_django_urlpatterns(
         query = {key: list(values) for key, values in native.GET.lists()}
         request = _Request(native, native.method or "GET", "/" + rest, http.header_map(native.headers.items()), query)
         status, body, headers = http.encode(serve_sync(router, request))
-        response = HttpResponse(body, status=status, content_type=http.JSON_TYPE)
+        response = HttpResponse(body, status=status, content_type=http.content_type(headers))
         for key, value in headers.items():
             response[key] = value
         return response

@@ -86,7 +86,8 @@ def _endpoint(router: Router, template: str) -> Any:
     async def endpoint(request: Request) -> Response:
         response = await serve_async(router, _Request(request, template.format_map(request.path_params)))
         status, body, headers = http.encode(response)
-        return Response(content=body, status_code=status, headers=headers, media_type=http.JSON_TYPE)
+        media = http.content_type(headers)
+        return Response(content=body, status_code=status, headers=headers, media_type=media)
 
     return endpoint
 

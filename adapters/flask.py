@@ -120,7 +120,8 @@ def create_flask_blueprint(
         query = http.multi(native.args.items(multi=True))
         request = _Request(native, native.method, "/" + path, http.header_map(native.headers.items()), query)
         status, body, headers = http.encode(serve_sync(router, request))
-        return flask.Response(body, status=status, headers=headers, mimetype=http.JSON_TYPE)
+        media = http.content_type(headers)
+        return flask.Response(body, status=status, headers=headers, content_type=media)
 
     bp = flask.Blueprint(name, __name__)
     def register_converter(state: flask.blueprints.BlueprintSetupState) -> None:

@@ -11,24 +11,24 @@ import difflib
 import json
 import os
 import re
-import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from context_engine.errors import ConfigError
+from context_engine.providers import registry
 from context_engine.redaction import RedactionPolicy
 
 _STRICT = ConfigDict(extra="forbid", validate_assignment=True)
 
-EmbeddingProvider = Literal["local", "openai", "azure_openai", "custom", "cohere", "voyage", "gemini", "vertex_ai"]
-#: providers whose own tokenizer runs locally, so ``tokenizer="exact"`` means something for them
-#: (cl100k for the OpenAI family, the model's WordPiece for ``local``)
-EXACT_TOKENIZER_PROVIDERS = frozenset({"local", "openai", "azure_openai", "custom"})
-#: LLM-only providers, named so asking one for embeddings gets a reason rather than a list
-_LLM_ONLY_PROVIDERS = {"anthropic": "Anthropic has no embeddings API", "bedrock": "bedrock is served for LLMs only"}
+
+
+def _registered_names(names: Callable[[], dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
+    """The settings schema lists a provider field's registered names (read when the schema is built)."""
+    return lambda schema: schema.update(enum=list(names()))
 
 
 class EmbeddingConfig(BaseModel):
@@ -36,7 +36,8 @@ class EmbeddingConfig(BaseModel):
 
     model_config = _STRICT
 
-    provider: EmbeddingProvider = "local"
+    #: a name registered in :mod:`context_engine.providers.registry` (``local``, ``openai``, ...)
+    provider: str = Field(default="local", json_schema_extra=_registered_names(registry.embedding_providers))
     #: model name; ``None`` picks the provider's default (all-MiniLM-L6-v2 for ``local``)
     model: str | None = None
     api_key: SecretStr | None = None
@@ -77,19 +78,21 @@ class EmbeddingConfig(BaseModel):
 
     @field_validator("provider", mode="before")
     @classmethod
-    def _embedding_capable(cls, value: object) -> object:
-        if isinstance(value, str) and value in _LLM_ONLY_PROVIDERS:
-            raise ValueError(
-                f"{_LLM_ONLY_PROVIDERS[value]}; set embedding.provider to one of "
-                "local, openai, azure_openai, custom, cohere, voyage, gemini, vertex_ai"
-            )
+    def _registered(cls, value: object) -> object:
+        known = registry.embedding_providers()
+        if isinstance(value, str) and value not in known:
+            llm = registry.llm_providers().get(value)
+            reason = f"no embedding provider is named {value!r}"
+            if llm is not None:
+                reason = llm.no_embeddings or f"{value} serves LLMs only"
+            raise ValueError(f"{reason}; set embedding.provider to one of {', '.join(known)}")
         return value
 
     @model_validator(mode="after")
     def _provider_settings(self) -> EmbeddingConfig:
         if self.provider != "vertex_ai" and (self.project is not None or self.location is not None):
             raise ValueError("embedding.project and embedding.location are used by provider 'vertex_ai' only")
-        if self.tokenizer == "exact" and self.provider not in EXACT_TOKENIZER_PROVIDERS:
+        if self.tokenizer == "exact" and not registry.embedding_provider(self.provider).exact_tokenizer:
             raise ValueError(
                 f"embedding.tokenizer 'exact' needs the provider's own tokenizer, which {self.provider!r} does "
                 "not publish; use 'auto' or 'estimate'"
@@ -335,9 +338,6 @@ class ComputeConfig(BaseModel):
     max_documents: int = Field(default=20, ge=1, le=500)
 
 
-LLMProvider = Literal["openai", "azure_openai", "custom", "anthropic", "gemini", "vertex_ai", "bedrock"]
-
-
 class LLMConfig(BaseModel):
     """The generative model behind query expansion and the LLM rerank judge.
 
@@ -347,8 +347,11 @@ class LLMConfig(BaseModel):
     """
 
     model_config = _STRICT
+    #: how error messages name this section
+    _section: ClassVar[str] = "llm"
 
-    provider: LLMProvider = "openai"
+    #: a name registered in :mod:`context_engine.providers.registry` (``openai``, ``anthropic``, ...)
+    provider: str = Field(default="openai", json_schema_extra=_registered_names(registry.llm_providers))
     #: model name; ``None`` picks the provider's default (``openai``/``anthropic`` only)
     model: str | None = None
     api_key: SecretStr | None = None
@@ -370,6 +373,16 @@ class LLMConfig(BaseModel):
     timeout: float = Field(default=60.0, gt=0)
     max_tokens: int = Field(default=1024, ge=16, le=65536)
     temperature: float = Field(default=0.0, ge=0, le=2)
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _registered(cls, value: object) -> object:
+        known = registry.llm_providers()
+        if isinstance(value, str) and value not in known:
+            embedding_only = value in registry.embedding_providers()
+            reason = f"{value} serves embeddings only" if embedding_only else f"no llm provider is named {value!r}"
+            raise ValueError(f"{reason}; set {cls._section}.provider to one of {', '.join(known)}")
+        return value
 
     @model_validator(mode="after")
     def _provider_settings(self) -> LLMConfig:
@@ -398,22 +411,14 @@ class VisionLLMConfig(LLMConfig):
     Any LLM provider, configured like ``llm``; the defaults are sized for a page of output.
     """
 
+    _section: ClassVar[str] = "vision_llm"
+
     #: a page dense with tables runs to a few thousand tokens; a reply cut off here fails the document
     max_tokens: int = Field(default=4096, ge=16, le=65536)
     #: per-attempt timeout in seconds (writing out a whole page takes a model far longer than a short answer)
     timeout: float = Field(default=180.0, gt=0)
     #: pages of one document sent to the model at once
     concurrency: int = Field(default=4, ge=1, le=32)
-
-    @field_validator("provider", mode="before")
-    @classmethod
-    def _llm_capable(cls, value: object) -> object:
-        if isinstance(value, str) and value in set(get_args(EmbeddingProvider)) - set(get_args(LLMProvider)):
-            raise ValueError(
-                f"{value} serves embeddings only; set vision_llm.provider to one of "
-                "openai, azure_openai, custom, anthropic, gemini, vertex_ai, bedrock"
-            )
-        return value
 
     @model_validator(mode="after")
     def _provider_settings(self) -> VisionLLMConfig:
@@ -583,7 +588,3 @@ def check_environment(settings: type[BaseSettings]) -> None:
 def database_url_text(config: ContextEngineConfig) -> str | None:
     """The plain URL (kept secret everywhere else so it never lands in a log or repr)."""
     return config.database_url.get_secret_value() if config.database_url else None
-
-
-def warn_deprecated(message: str) -> None:
-    warnings.warn(message, DeprecationWarning, stacklevel=3)

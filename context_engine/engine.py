@@ -11,7 +11,7 @@ import copy
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,7 +26,7 @@ from context_engine.errors import (
     NameTaken,
     NotFound,
 )
-from context_engine.hooks import Hooks
+from context_engine.hooks import Hooks, holding_ingest_usage
 from context_engine.ingest import many
 from context_engine.ingest.batch_embedding import batch_client
 from context_engine.ingest.batch_poll import BatchOutcome, poll_batches
@@ -59,14 +59,14 @@ from context_engine.redaction import RedactionPolicy
 from context_engine.redaction.apply import IngestScrubber, Redactor, effective_key
 from context_engine.retrieval.retriever import Retriever
 from context_engine.retrieval.search import search as run_search
-from context_engine.revisions import as_of as revisions_as_of
 from context_engine.revisions import idempotency, keyed, retention
+from context_engine.revisions import view as revision_view
 from context_engine.revisions.models import DocumentVersion, VacuumReport
 from context_engine.services import Consistency, HttpClientFactory, Services
 from context_engine.storage import repository as repo
 from context_engine.storage import stored_text
 from context_engine.storage.predicates import ReadScope
-from context_engine.validation import check_json_object, check_text
+from context_engine.validation import check_json_object, check_question, check_text
 from context_engine.write_access import WriteAccess, WritePolicy, WriteTarget
 
 if TYPE_CHECKING:
@@ -76,6 +76,10 @@ log = logging.getLogger("context_engine")
 
 FileInput = bytes | str | os.PathLike[str] | IO[bytes]
 _EMBED_BATCH = 64
+
+
+def _stored(report: DocumentReport) -> bool:
+    return report.status in ("completed", "embedding", "batch_pending") and report.document_id is not None
 
 
 class ContextEngine:
@@ -105,6 +109,8 @@ class ContextEngine:
         self._retriever = Retriever(self.services)
         #: function tools registered on this engine (kept on the root; views share them)
         self._function_tools: Any = None
+        #: mcp OAuth flows waiting for their callback (kept on the root; views share them)
+        self._mcp_oauth_flows: Any = None
         #: the host's own isolation for generated code (sync or async), used when a call names none
         self._code_runner = code_runner
         #: resolves tool hosts for the egress check of mcp and http tools (default: the system's)
@@ -161,6 +167,8 @@ class ContextEngine:
     async def aclose(self) -> None:
         if self._root is not self:
             return  # a view owns nothing
+        if self._mcp_oauth_flows is not None:
+            await self._mcp_oauth_flows.aclose()
         await self.services.aclose()
 
     @property
@@ -194,9 +202,27 @@ class ContextEngine:
         """The pool for the running loop; migrates (or checks) the schema once per engine."""
         return await self.services.db()
 
-    async def revision(self) -> int:
-        """The store's current monotonic revision."""
-        return await repo.current_revision(await self._ready())
+    async def revision(self, *, principals: Principals = None) -> int:
+        """The store's current monotonic revision; with non-trusted ``principals``, the handle of the
+        revision of that caller's view (the last one that changed a document it may read), which is
+        what every other answer to that caller is told (docs/revisions.md, "What a caller is told")."""
+        db = await self._ready()
+        caller = None if principals is None else resolve(principals)
+        if caller is None:
+            return await repo.current_revision(db)
+        revs = await revision_view.for_caller(db, caller)
+        return revs.told(await revision_view.view_revision(db, caller))
+
+    async def revision_handle(self, revision: int) -> int:
+        """The handle non-trusted callers are told for the store's ``revision`` (a host's call: e.g. to
+        give a tenant a revision the host recorded with ``revision()``)."""
+        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+            raise InvalidRequest("revision must be a non-negative integer")
+        revs = await revision_view.for_caller(await self._ready(), ())
+        return revs.told(revision)
+
+    async def _revisions(self, caller: tuple[str, ...] | None) -> revision_view.CallerRevisions:
+        return await revision_view.for_caller(await self._ready(), caller)
 
     # ------------------------------------------------------------------ read replicas
     async def read_replicas(self) -> list[dict[str, Any]]:
@@ -291,6 +317,34 @@ class ContextEngine:
                 batch=batch,
             )
 
+        if mode == "graph":  # its usage event waits for the mode the graph step settles on
+            with holding_ingest_usage() as held:
+                report = await self._ingest_one(run, key, source, name, source_id, acl_list, attributes, mime, batch)
+                await self._graph_step(report)
+            for usage in held:
+                usage.detail.update(mode=report.mode_used or "hybrid", mode_reason=report.mode_reason)
+                await self.hooks.emit("on_usage", usage)
+        else:
+            report = await self._ingest_one(run, key, source, name, source_id, acl_list, attributes, mime, batch)
+        red = self._redactor(caller, None, None)
+        report.name = red.text(report.name) or report.name
+        report.error = red.text(report.error)
+        report.revision = (await self._revisions(caller)).told_or_none(report.revision)
+        return _totals([report])
+
+    async def _ingest_one(
+        self,
+        run: Callable[[], Awaitable[DocumentReport]],
+        key: str | None,
+        source: Any,
+        name: str | None,
+        source_id: str,
+        acl_list: list[str],
+        attributes: dict[str, Any],
+        mime: str | None,
+        batch: bool,
+    ) -> DocumentReport:
+        """One document through the pipeline (under its idempotency key when given), then its fields."""
         if key is None:
             report = await run()
         else:
@@ -305,22 +359,22 @@ class ContextEngine:
             )
             wait = float(self.config.ingest.write_wait_seconds)
             report = await _keyed_ingest(await self._ready(), source_id, key, digest, run, wait)
-        stored = report.status in ("completed", "embedding", "batch_pending") and report.document_id is not None
-        if self.config.ingest.extract_fields and stored:
+        if self.config.ingest.extract_fields and _stored(report):
             await self._extract_after_ingest(report.document_id)  # type: ignore[arg-type]
-        if mode == "graph" and stored:
-            from context_engine.graph.document import extract_document
+        return report
 
-            try:
-                graph = await extract_document(self.services, report.document_id)  # type: ignore[arg-type]
-                report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
-            except ContextEngineError as exc:  # stored and searchable; its graph facts are missing
-                log.warning("graph extraction failed for document %s (%s)", report.document_id, exc.code)
-                report.mode_used, report.mode_reason = "hybrid", exc.code
-        red = self._redactor(caller, None, None)
-        report.name = red.text(report.name) or report.name
-        report.error = red.text(report.error)
-        return _totals([report])
+    async def _graph_step(self, report: DocumentReport) -> None:
+        """Extract a stored document's graph facts; the report says which mode ran and why."""
+        if not _stored(report):
+            return
+        from context_engine.graph.document import extract_document
+
+        try:
+            graph = await extract_document(self.services, report.document_id)  # type: ignore[arg-type]
+            report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
+        except ContextEngineError as exc:  # stored and searchable; its graph facts are missing
+            log.warning("graph extraction failed for document %s (%s)", report.document_id, exc.code)
+            report.mode_used, report.mode_reason = "hybrid", exc.code
 
     # ------------------------------------------------------------------ bulk ingest
     async def bulk_ingest(
@@ -400,6 +454,7 @@ class ContextEngine:
         results: dict[int, DocumentReport | ContextEngineError] = {}
         entries: list[many.Entry] = []
         raw: dict[int, dict[str, Any]] = {}
+        told: set[int] = set()
         for index, document in enumerate(documents):
             try:
                 raw[index] = _batch_fields(document)
@@ -412,10 +467,12 @@ class ContextEngine:
             if fields.get("file") is not None:
                 fields["file"] = entry.source  # already opened (and read back to its start)
             report = await self.ingest(**fields, principals=principals)
+            told.add(entry.index)  # ingest already told its revision in the caller's terms
             return report.documents[0]
 
         results.update(await many.BatchIngestor(self._ingestor).ingest(entries, caller, single))
         red = self._redactor(caller, None, None)
+        revs = await self._revisions(caller)
         items = []
         for index in range(len(documents)):
             outcome = results[index]
@@ -427,6 +484,8 @@ class ContextEngine:
                 await self._extract_after_ingest(outcome.document_id)  # type: ignore[arg-type]
             outcome.name = red.text(outcome.name) or outcome.name
             outcome.error = red.text(outcome.error)
+            if index not in told:
+                outcome.revision = revs.told_or_none(outcome.revision)
             items.append(IngestManyItem(index=index, report=outcome))
         return IngestManyReport(items=items, totals=_batch_totals(items))
 
@@ -515,7 +574,7 @@ class ContextEngine:
         Hits are redacted by the output policy (the engine's, the view's, or this call's)
         before they are returned.
         """
-        query = _check_query(query)
+        query = check_question(query, "query", MAX_QUERY_CHARS)
         if group_by not in ("chunk", "document"):
             raise InvalidRequest('group_by must be "chunk" (passages) or "document"')
         if mode is not None and mode not in ("auto", "hybrid", "graph"):
@@ -532,8 +591,12 @@ class ContextEngine:
         ):
             raise InvalidRequest(f"compress_to_tokens must be an integer between 1 and {MAX_COMPRESS_TOKENS}")
 
+        revs = await self._revisions(caller)
+        at, floor = revs.heard(as_of), revs.heard(min_revision, "min_revision")
+
         async def read() -> SearchResult:
-            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of, trusted=caller is None)
+            db = await self.services.read_db()
+            revision = await revision_view.resolve(db, at, revs, caller, source_ids=sources, document_ids=documents)
             scope = ReadScope(caller, sources, documents, as_of=revision)
             return await run_search(
                 self._retriever,
@@ -547,11 +610,17 @@ class ContextEngine:
             )
 
         result, server = await self.services.reading(
-            read, consistency=consistency, as_of=as_of, min_revision=min_revision
+            read, consistency=consistency, as_of=at, min_revision=floor, trusted=caller is None
         )
         result.usage["read_from"] = server
         if caller is not None and not explain:  # its figures count rows of every tenant
             result.usage.pop("vector_plan", None)
+        if caller is not None:  # chunk ids come from one sequence for every tenant: told as handles
+            passages = {id(h): h for h in result.hits}
+            for grouped in result.documents or []:
+                passages.update({id(h): h for h in grouped.passages})
+            for hit in passages.values():
+                hit.chunk_id = revs.told_chunk(hit.chunk_id)
         return result
 
     # ------------------------------------------------------------------ documents
@@ -579,17 +648,22 @@ class ContextEngine:
         if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
             raise InvalidRequest("version must be a positive integer")
 
+        revs = await self._revisions(caller)
+        at, floor = revs.heard(as_of), revs.heard(min_revision, "min_revision")
+
         async def read() -> dict[str, Any] | None:
             db = await self.services.read_db()
-            scope = ReadScope(caller, as_of=await revisions_as_of.resolve(db, as_of, trusted=caller is None))
+            scope = ReadScope(caller, as_of=await revision_view.resolve(db, at, revs, caller, document_ids=[doc_id]))
             return await repo.get_document(db, doc_id, scope, with_text=include_text, version=version)
 
         where = "primary" if version is not None and consistency == "replica" else consistency
-        row, _ = await self.services.reading(read, consistency=where, as_of=as_of, min_revision=min_revision)
+        row, _ = await self.services.reading(
+            read, consistency=where, as_of=at, min_revision=floor, trusted=caller is None
+        )
         if row is None:
             what = f"version {version} of document" if version is not None else "document"
             raise NotFound(f"{what} {document_id} not found")
-        return _document(row, trusted=caller is None, red=red)
+        return _document(row, revs=revs, red=red)
 
     async def document_versions(
         self,
@@ -607,8 +681,17 @@ class ContextEngine:
         rows = await repo.document_versions(await self._ready(), doc_id, ReadScope(caller))
         if not rows:
             raise NotFound(f"document {document_id} not found")
+        revs = await self._revisions(caller)
         return [
-            DocumentVersion(**{**r, "name": red.text(r["name"]), "attributes": red.obj(r["attributes"] or {})})
+            DocumentVersion(
+                **{
+                    **r,
+                    "name": red.text(r["name"]),
+                    "attributes": red.obj(r["attributes"] or {}),
+                    "valid_from": revs.told(r["valid_from"]),
+                    "valid_to": revs.told_or_none(r["valid_to"]),
+                }
+            )
             for r in rows
         ]
 
@@ -634,15 +717,21 @@ class ContextEngine:
         after = _decode_cursor(cursor) if cursor else None
         sources = _check_ids("source_ids", source_ids)
 
+        revs = await self._revisions(caller)
+        at, floor = revs.heard(as_of), revs.heard(min_revision, "min_revision")
+
         async def read() -> list[dict[str, Any]]:
             db = await self.services.read_db()
-            scope = ReadScope(caller, sources, as_of=await revisions_as_of.resolve(db, as_of, trusted=caller is None))
+            revision = await revision_view.resolve(db, at, revs, caller, source_ids=sources)
+            scope = ReadScope(caller, sources, as_of=revision)
             return await repo.list_documents(db, scope, limit=limit + 1, after=after)
 
-        rows, _ = await self.services.reading(read, consistency=consistency, as_of=as_of, min_revision=min_revision)
+        rows, _ = await self.services.reading(
+            read, consistency=consistency, as_of=at, min_revision=floor, trusted=caller is None
+        )
         more = len(rows) > limit
         rows = rows[:limit]
-        docs = [_document(r, trusted=caller is None, red=red) for r in rows]
+        docs = [_document(r, revs=revs, red=red) for r in rows]
         next_cursor = _encode_cursor(rows[-1]) if more and rows else None
         return DocumentPage(documents=docs, next_cursor=next_cursor)
 
@@ -702,7 +791,8 @@ class ContextEngine:
         principals: Principals = None,
         idempotency_key: str | None = None,
     ) -> int:
-        """Delete from the next revision on; returns that revision (reads as of earlier ones still see it).
+        """Delete from the next revision on; returns that revision (reads as of earlier ones still see
+        it), told as a handle to a non-trusted caller.
 
         With ``idempotency_key`` a retry is a no-op that returns the revision of the first delete.
         """
@@ -718,7 +808,7 @@ class ContextEngine:
         if revision is None:
             raise NotFound(f"document {document_id} not found")
         await self.repair_graph(doc_id)  # frequencies, orphans, touched communities (one query without a graph)
-        return revision
+        return (await self._revisions(caller)).told(revision)
 
     async def vacuum_revisions(self, keep_after: int) -> VacuumReport:
         """Remove history no revision from ``keep_after`` on can see; reads as of earlier revisions
@@ -734,9 +824,15 @@ class ContextEngine:
     ) -> Stats:
         caller = resolve(principals)
         db = await self._ready()
-        revision = await revisions_as_of.resolve(db, as_of, trusted=caller is None)
-        scope = ReadScope(caller, _check_ids("source_ids", source_ids), as_of=revision)
-        return Stats(**await repo.stats(db, scope))
+        revs = await self._revisions(caller)
+        at, sources = revs.heard(as_of), _check_ids("source_ids", source_ids)
+        revision = await revision_view.resolve(db, at, revs, caller, source_ids=sources)
+        found = await repo.stats(db, ReadScope(caller, sources, as_of=revision))
+        if caller is not None:  # the revision of its view, at the revision it asked about
+            found["revision"] = revs.told(
+                await revision_view.view_revision(db, caller, source_ids=sources, as_of=revision)
+            )
+        return Stats(**found)
 
     # ------------------------------------------------------------------ knowledge
     async def knowledge_query(
@@ -766,15 +862,19 @@ class ContextEngine:
         """
         from context_engine.knowledge.pipeline import knowledge_query
 
-        query = _check_query(query)
+        query = check_question(query, "query", MAX_QUERY_CHARS)
         top_k = _check_top_k(top_k, KNOWLEDGE_TOP_K_MAX)
         if not isinstance(expand, bool) or not isinstance(rerank, bool):
             raise InvalidRequest("expand and rerank must be booleans")
         caller = resolve(principals)
         sources = _check_ids("source_ids", source_ids)
 
+        revs = await self._revisions(caller)
+        at, floor = revs.heard(as_of), revs.heard(min_revision, "min_revision")
+
         async def read() -> KnowledgeResult:
-            revision = await revisions_as_of.resolve(await self.services.read_db(), as_of, trusted=caller is None)
+            db = await self.services.read_db()
+            revision = await revision_view.resolve(db, at, revs, caller, source_ids=sources)
             return await knowledge_query(
                 self._retriever,
                 self._redactor(caller, redaction, redaction_secret_key),
@@ -788,7 +888,11 @@ class ContextEngine:
                 as_of=revision,
             )
 
-        result, _ = await self.services.reading(read, consistency=consistency, as_of=as_of, min_revision=min_revision)
+        result, _ = await self.services.reading(
+            read, consistency=consistency, as_of=at, min_revision=floor, trusted=caller is None
+        )
+        for match in result.matches if caller is not None else []:
+            match.chunk_id = str(revs.told_chunk(int(match.chunk_id)))
         return result
 
     async def link_agent_sources(
@@ -898,7 +1002,70 @@ class ContextEngine:
         tool = tool_config(tool)
         db = await self._ready()
         entry = await registry.insert(db, tool, ConfigCipher(self.config.secret_key))
-        return entry.public(trusted=True)
+        listing = entry.public(trusted=True)
+        if tool.kind == "mcp" and "oauth" in tool.config:
+            try:  # a server that wants a person's consent answers with the popup's URL
+                listing["authorization"] = await self.start_mcp_oauth(str(entry.tool_id))
+            except BaseException:
+                await registry.delete(db, str(entry.tool_id), None)  # nothing half-registered
+                raise
+        return listing
+
+    def _oauth_flows(self) -> Any:
+        from context_engine.tools.mcp_oauth import McpOAuthFlows
+
+        root = self._root
+        if root._mcp_oauth_flows is None:
+            root._mcp_oauth_flows = McpOAuthFlows()
+        return root._mcp_oauth_flows
+
+    async def start_mcp_oauth(self, tool_id: str) -> dict[str, Any]:
+        """Start (again) the OAuth authorization of a stored mcp tool that has an ``oauth`` section.
+
+        ``{"status": "authorization_required", "authorization_url", "correlation_id", "expires_at"}``:
+        open the URL in a popup; the provider sends it to ``oauth.redirect_uri``, whose handler calls
+        :meth:`complete_mcp_oauth`. ``{"status": "connected", ...}``: nothing to consent to.
+        An operator's call, like registration (no principals).
+        """
+        from context_engine.tools.crypto import ConfigCipher
+        from context_engine.tools.errors import ToolNotFound
+        from context_engine.tools.mcp_oauth_store import sealed_mcp_config
+
+        try:
+            checked = str(uuid.UUID(str(tool_id)))
+        except ValueError:
+            raise ToolNotFound(str(tool_id)) from None
+        db = await self._ready()
+        sealed = await sealed_mcp_config(db, checked)
+        if sealed is None:
+            raise ToolNotFound(checked)
+        config = ConfigCipher(self.config.secret_key).decrypt(sealed, checked)
+        return await self._oauth_flows().start(
+            db,
+            self.config.secret_key,
+            checked,
+            config,
+            resolver=self._mcp_resolver,
+            http_client_factory=self.services.http_client_factory,
+        )
+
+    async def complete_mcp_oauth(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The popup's message for the provider's callback query (its ``code``, ``state``, ``error``, ``iss``).
+
+        ``{"type": "mcp-oauth-success", "correlation_id", "tool_id"}`` or ``{"type": "mcp-oauth-error",
+        "code", "message", "correlation_id"}`` (:meth:`mcp_oauth_popup` also renders the page). Never raises
+        for a bad callback: every failure is one of the six codes.
+        """
+        return await self._oauth_flows().complete(params)
+
+    async def mcp_oauth_popup(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], str, dict[str, str]]:
+        """:meth:`complete_mcp_oauth`, with the callback's HTML page and its headers: the page posts the
+        message to the opener on the origin of the tool's ``oauth.redirect_uri`` and nowhere else."""
+        from context_engine.tools.mcp_oauth import popup_page
+
+        payload, origin = await self._oauth_flows().answer(params)
+        page, headers = popup_page(payload, origin)
+        return payload, page, headers
 
     def register_function_tool(
         self,
@@ -1333,14 +1500,6 @@ def _clean_acl(acl: Sequence[str] | None) -> list[str]:
     return sorted(set(acl))
 
 
-def _check_query(query: Any) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidRequest("query must be a non-empty string")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InvalidRequest(f"query is longer than {MAX_QUERY_CHARS} characters")
-    return query.strip()
-
-
 def _check_top_k(top_k: Any, maximum: int) -> int:
     if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= maximum:
         raise InvalidRequest(f"top_k must be an integer between 1 and {maximum}")
@@ -1372,7 +1531,8 @@ def _check_uuids(values: Sequence[str] | None) -> list[str] | None:
         raise InvalidRequest("document_ids must be document id strings (UUIDs)") from None
 
 
-def _document(row: dict[str, Any], *, trusted: bool, red: Redactor) -> Document:
+def _document(row: dict[str, Any], *, revs: revision_view.CallerRevisions, red: Redactor) -> Document:
+    trusted = revs.trusted
     reason = shown_failure(row.get("failure_reason"))
     return Document(
         id=str(row["id"]),
@@ -1386,7 +1546,7 @@ def _document(row: dict[str, Any], *, trusted: bool, red: Redactor) -> Document:
         failure_message=FAILURE_MESSAGES.get(reason) if reason else None,
         error=red.text(row.get("error")) if trusted else None,
         version=row["version"],
-        revision=row["updated_revision"],
+        revision=revs.told(row["updated_revision"]),
         chunk_count=row["chunk_count"],
         meta=red.obj(row["meta"] or {}),
         created_at=row["created_at"],

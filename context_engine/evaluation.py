@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.embeddings.tokens import head_tokens as head_tokens  # the benchmark scripts import it here
 
 Progress = Callable[[str, int, int], None]
 
@@ -344,25 +345,6 @@ def cache_file(cache_dir: Path, embedder: Embedder, corpus_sha256: str, layout: 
 # ----------------------------------------------------------------------------------------- baselines
 
 
-def head_tokens(text: str, limit: int, count_tokens: Callable[[str], int]) -> str:
-    """The longest whole-word prefix of ``text`` within ``limit`` tokens.
-
-    The dense baseline embeds each document the way sentence-transformers does, cut to the model's
-    window; our embedders refuse over-long documents rather than truncate, so the cut is made here.
-    """
-    words = text.split()
-    if count_tokens(" ".join(words)) <= limit:
-        return " ".join(words)
-    lo, hi = 0, len(words)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if count_tokens(" ".join(words[:mid])) <= limit:
-            lo = mid
-        else:
-            hi = mid - 1
-    return " ".join(words[:lo])
-
-
 def bm25_baseline(
     dataset: BeirDataset, *, stem: bool = True, k1: float = 1.5, b: float = 0.75, depth: int = 100
 ) -> RunResult:
@@ -409,6 +391,8 @@ async def dense_baseline(
     """
     ids = list(dataset.corpus)
     limit = embedder.max_input_tokens
+    # the dense baseline embeds each document cut to the model's window, as sentence-transformers does;
+    # our embedders refuse over-long documents rather than truncate, so the cut is made here
     texts = [head_tokens(f"{t} {x}".strip(), limit, embedder.count_tokens) for t, x in dataset.corpus.values()]
     if isinstance(embedder, CachingEmbedder):
         await embedder.warm(texts, progress=progress)

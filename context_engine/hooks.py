@@ -8,11 +8,31 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 log = logging.getLogger("context_engine.hooks")
+
+#: ingest usage events of this context held back until the caller knows their mode (a graph ingest)
+_held_ingest_usage: ContextVar[list[Any] | None] = ContextVar("context_engine_held_ingest_usage", default=None)
+
+
+@contextmanager
+def holding_ingest_usage() -> Iterator[list[Any]]:
+    """Collect, instead of sending, the ``on_usage`` ingest events made inside the block.
+
+    A graph ingest learns its mode (and why it fell back) only after the pipeline has stored the
+    document, so its usage event waits for that answer and is then sent once, complete.
+    """
+    held: list[Any] = []
+    token = _held_ingest_usage.set(held)
+    try:
+        yield held
+    finally:
+        _held_ingest_usage.reset(token)
 
 
 @dataclass
@@ -80,6 +100,10 @@ class Hooks:
         if fn is None:
             return
         if not self.batch_progress and isinstance(event, ProgressEvent) and event.state == "progress":
+            return
+        held = _held_ingest_usage.get()
+        if held is not None and isinstance(event, UsageEvent) and event.kind == "ingest":
+            held.append(event)
             return
         try:
             result = fn(event)

@@ -34,6 +34,7 @@ from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.factory import build_llm
 from context_engine.llm.structured import LLMNotConfigured, structured_call
 from context_engine.redaction.apply import Redactor
+from context_engine.validation import check_question
 
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 100
@@ -81,7 +82,7 @@ async def map_reduce(
     ``runner`` replaces the model calls (after the spreadsheet refusal); its reply is swept.
     ``hooks.on_usage`` gets the tokens of every map call.
     """
-    instruction = _check_instruction(instruction)
+    instruction = check_question(instruction, "instruction", MAX_INSTRUCTION_CHARS)
     cap = _check_limit(limit)
     if runner is None and llm is None:
         raise LLMNotConfigured("map_reduce needs an LLM: configure the llm section, or pass a map_reduce runner")
@@ -194,14 +195,6 @@ async def _read(sql: AsyncEngine, scope: CallerScope, ids: list[str], max_chars:
     async with sql.connect() as conn:
         rows = {str(r["id"]): dict(r) for r in (await conn.execute(sql_text(query), params)).mappings()}
     return [rows[i] for i in ids if i in rows]
-
-
-def _check_instruction(instruction: Any) -> str:
-    if not isinstance(instruction, str) or not instruction.strip():
-        raise InvalidRequest("instruction must be a non-empty string")
-    if len(instruction) > MAX_INSTRUCTION_CHARS:
-        raise InvalidRequest(f"instruction is longer than {MAX_INSTRUCTION_CHARS} characters")
-    return instruction.strip()
 
 
 def _check_limit(limit: Any) -> int:

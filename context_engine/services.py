@@ -13,7 +13,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -27,6 +26,7 @@ from context_engine.errors import (
     known_failure,
 )
 from context_engine.hooks import Hooks
+from context_engine.providers.http import HttpClientFactory
 from context_engine.revisions.as_of import check_type
 from context_engine.storage.database import Database
 from context_engine.storage.migrate import migrate
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("context_engine.migrate")
 
-HttpClientFactory = Callable[[str], "httpx.AsyncClient | None"]
 #: where a read may run: ``replica`` (a read replica when one is configured and up; may lag the
 #: writer) or ``primary`` (the writer: reads its own writes)
 Consistency = Literal["replica", "primary"]
@@ -184,12 +183,15 @@ class Services:
         consistency: Consistency = "replica",
         as_of: object = None,
         min_revision: object = None,
+        trusted: bool = True,
     ) -> tuple[T, str]:
         """Run the read ``work`` on one server and say which (``"primary"`` or ``"replica N"``).
 
         A replica must have applied ``min_revision`` and ``as_of`` (a state it has not reached cannot be
         read there): one that has not gets ``database.replica_wait_seconds`` to catch up, then the writer
-        reads. A replica that fails is set aside and the read runs again on the writer.
+        reads. A replica that fails is set aside and the read runs again on the writer. Both are the
+        store's revisions (a non-trusted caller's handles already translated); ``trusted=False``
+        keeps the store's numbers out of the refusal of a revision not reached.
         """
         if consistency not in ("replica", "primary"):
             raise InvalidRequest('consistency must be "replica" (a read replica may lag) or "primary" (the writer)')
@@ -211,7 +213,7 @@ class Services:
                         raise
                     replicas.failed(replica, exc)
         if isinstance(min_revision, int):  # as_of is checked by the read itself
-            await _require_revision(writer, min_revision)
+            await _require_revision(writer, min_revision, trusted)
         with pin(writer, "primary"):
             return await work(), "primary"
 
@@ -237,8 +239,10 @@ def _check_min_revision(value: object) -> int | None:
     return value
 
 
-async def _require_revision(db: AsyncEngine, revision: int) -> None:
+async def _require_revision(db: AsyncEngine, revision: int, trusted: bool = True) -> None:
     """``min_revision`` names a revision the writer has recorded (else no server could ever serve it)."""
     current = await current_revision(db)
+    if revision > current and not trusted:
+        raise InvalidRequest("min_revision is not a revision handle of this store (pass one a response gave you)")
     if revision > current:
         raise InvalidRequest(f"min_revision {revision} is beyond the current revision {current}")

@@ -32,6 +32,15 @@ def check_text(value: Any, field: str, max_chars: int | None = None, *, required
     return value
 
 
+def check_question(value: Any, field: str, max_chars: int) -> str:
+    """A query, question or instruction: a string with a word in it, at most ``max_chars`` long, stripped."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest(f"{field} must be a non-empty string")
+    if len(value) > max_chars:
+        raise InvalidRequest(f"{field} is longer than {max_chars} characters")
+    return value.strip()
+
+
 def check_text_list(values: Any, field: str, *, max_items: int, max_chars: int) -> list[str]:
     """A list of non-empty strings, each passing :func:`check_text`."""
     if isinstance(values, str) or not isinstance(values, Sequence):

@@ -258,6 +258,17 @@ async def list_tools(call: Call) -> CoreResponse:
     return CoreResponse(200, {"tools": list(page), "next_cursor": getattr(page, "next_cursor", None)})
 
 
+async def mcp_oauth_callback(call: Call) -> CoreResponse:
+    """The provider's redirect back to the popup: finish the flow and answer the page posting its outcome.
+
+    A failed flow is a 200 page too: the browser shows the page either way, and its message's
+    ``code`` is the outcome (the JSON error contract would reach no one in a popup).
+    """
+    params = {name: call.one(name) for name in ("state", "code", "error", "error_description", "iss")}
+    _, page, headers = await call.engine.mcp_oauth_popup({k: v for k, v in params.items() if v is not None})
+    return CoreResponse(200, page, headers)
+
+
 async def health(call: Call) -> CoreResponse:
     """Liveness: answering at all is the answer; nothing else is looked at or revealed."""
     return CoreResponse(200, {"status": "ok"})

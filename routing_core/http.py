@@ -95,11 +95,24 @@ def unreadable_body() -> HttpError:
 
 
 def encode(response: CoreResponse) -> tuple[int, bytes, dict[str, str]]:
-    """Status, JSON bytes and headers; one encoder, so every mount sends identical bytes."""
+    """Status, JSON bytes and headers; one encoder, so every mount sends identical bytes.
+
+    A ``str`` body is a page (the OAuth popup), sent as it is under the ``Content-Type`` its
+    handler set; read it back with :func:`content_type`.
+    """
     if response.body is None:
         return response.status, b"", dict(response.headers)
+    if isinstance(response.body, str):
+        return response.status, response.body.encode("utf-8"), dict(response.headers)
     body = json.dumps(response.body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return response.status, body.encode("utf-8"), dict(response.headers)
+
+
+def content_type(headers: dict[str, str]) -> str:
+    """Remove and return the response's media type from encoded ``headers`` (JSON unless a handler set one)."""
+    for name in [n for n in headers if n.lower() == "content-type"]:
+        return headers.pop(name)
+    return JSON_TYPE
 
 
 # ---------------------------------------------------------------------- translation helpers

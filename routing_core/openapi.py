@@ -21,12 +21,14 @@ from context_engine.limits import (
 )
 from routing_core.bodies import MAX_FORM_ACL_PARTS
 from routing_core.http import JSON_TYPE
+from routing_core.params import schema_of
 from routing_core.routes import ROUTES, Route
 from routing_core.schemas import NOT_BLANK, ErrorBody
 
 _ERRORS = {
     "400": "Invalid request (empty query, bound out of range, bad JSON or a wrong field type; a cursor this server "
-    "did not issue, `invalid_cursor`; an `as_of` past the current revision, or given with `version`)",
+    "did not issue, `invalid_cursor`; an `as_of` past the current revision or, from a non-trusted caller, no "
+    "revision handle; or given with `version`)",
     "401": "Missing or invalid credentials",
     "403": (
         "Forbidden: an ACL the caller does not hold, a document it may read but not change, "
@@ -73,10 +75,12 @@ _UNSUPPORTED = (
     "Unsupported media type: a body is read as JSON only when sent as application/json (or application/*+json)"
 )
 _DESCRIPTION = (
-    "Permission-aware retrieval over the host's PostgreSQL. Every route but two runs the host's own "
+    "Permission-aware retrieval over the host's PostgreSQL. Every route but three runs the host's own "
     "authentication and resolves the caller's principals; the ACL is enforced inside each query. "
     "GET /health (liveness) and GET /ready (database and schema) are operational and unauthenticated: "
     "they answer a status and nothing else (a failed readiness check is logged, not explained). "
+    "GET /tools/oauth/callback is where an OAuth provider returns the popup that connects an mcp tool; "
+    "its single-use state is its credential and it answers an HTML page. "
     'Every failure is the JSON error contract {"error": {"code", "message"}}; POST /documents answers '
     "201 when it stored a document, 200 when the content was unchanged, and 422 when nothing was stored, "
     "with the error contract beside the report."
@@ -101,7 +105,7 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
             {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in route.pattern.groupindex
         ]
         params += [
-            {"name": n, "in": "query", "required": False, "description": d, "schema": schema}
+            {"name": n, "in": "query", "required": False, "description": d, "schema": schema_of(schema)}
             for n, schema, d in route.query_params
         ]
         if params:
@@ -120,6 +124,11 @@ def build_openapi(title: str = "context-engine", version: str = "0.1.0") -> dict
             responses[str(route.success_status)] = {
                 "description": "Success",
                 "content": {"application/json": {"schema": ref(route.response_model)}},
+            }
+        for status, description in route.html_responses:
+            responses[str(status)] = {
+                "description": description,
+                "content": {"text/html": {"schema": {"type": "string"}}},
             }
         for status, description, model in route.responses:
             responses[str(status)] = {

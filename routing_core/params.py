@@ -7,7 +7,7 @@ from it here, so what ``openapi/openapi.json`` promises is what every adapter en
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -15,8 +15,10 @@ from context_engine.errors import ContextEngineError
 from context_engine.validation import check_text
 from routing_core.http import HttpError
 
+#: a parameter's JSON schema, or a function that builds it when it follows a registry (the tool kinds)
+ParamSchema = dict[str, Any] | Callable[[], dict[str, Any]]
 #: (name, JSON schema, description), as a route declares them
-QueryParam = tuple[str, dict[str, Any], str]
+QueryParam = tuple[str, ParamSchema, str]
 #: a schema's own error code for a string it refuses (a cursor: ``invalid_cursor``), else ``invalid_request``
 ERROR_CODE = "x-error-code"
 
@@ -26,8 +28,14 @@ def check_query(declared: tuple[QueryParam, ...], query: Mapping[str, list[str]]
     checked: dict[str, list[Any]] = {}
     for name, schema, _ in declared:
         if name in query:
-            checked[name] = [_convert(name, schema, raw) for raw in query[name]]
+            built = schema_of(schema)
+            checked[name] = [_convert(name, built, raw) for raw in query[name]]
     return checked
+
+
+def schema_of(schema: ParamSchema) -> dict[str, Any]:
+    """The schema as it stands now (one built from a registry is built on each call)."""
+    return schema() if callable(schema) else schema
 
 
 def _convert(name: str, schema: dict[str, Any], raw: str) -> Any:

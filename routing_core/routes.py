@@ -24,6 +24,7 @@ from context_engine.limits import (
     MAX_CURSOR_CHARS,
     MAX_SOURCE_ID_CHARS,
 )
+from context_engine.tools import kinds
 from routing_core import handlers
 from routing_core.access import KNOWLEDGE_SCOPE, scope_for
 from routing_core.call import Call
@@ -66,7 +67,10 @@ CURSOR_SCHEMA = {
     ERROR_CODE: "invalid_cursor",
 }
 CURSOR_DOC = "next_cursor of the previous page (opaque; any other value answers 400 invalid_cursor)"
-AS_OF_DOC = "at most the current revision (a later one answers 400)"
+AS_OF_DOC = (
+    "a revision this caller was told: a trusted caller's store revision, at most the current one; any other "
+    "caller's revision handle from a response (handles count no one's writes); anything else answers 400"
+)
 
 Handler = Callable[[Call], Coroutine[Any, Any, CoreResponse]]
 #: reads a per-route number from the engine's configuration (``None``: no limit)
@@ -117,6 +121,8 @@ class Route:
     #: answers with, per status, beside the single form's answers
     list_item_model: type[BaseModel] | None = None
     list_responses: tuple[tuple[int, str, type[BaseModel]], ...] = ()
+    #: statuses answered with an HTML page instead of JSON, each with its description (the OAuth popup)
+    html_responses: tuple[tuple[int, str], ...] = ()
 
     @property
     def handler(self) -> str:
@@ -289,6 +295,31 @@ _TABLE: tuple[Route, ...] = (
     ),
     Route(
         "GET",
+        "/tools/oauth/callback",
+        handlers.mcp_oauth_callback,
+        "Where an OAuth provider sends the popup back after connecting an mcp tool (unauthenticated: "
+        "the flow's single-use state is the credential)",
+        public=True,
+        query_params=tuple(
+            (name, {"type": "string"}, doc)
+            for name, doc in (
+                ("state", "the state the flow sent to the provider"),
+                ("code", "the authorization code"),
+                ("error", "the provider's refusal (the popup answers idp_denied)"),
+                ("error_description", "the provider's explanation: logged, never shown"),
+                ("iss", "the authorization server's issuer (RFC 9207), checked by the SDK"),
+            )
+        ),
+        html_responses=(
+            (
+                200,
+                "The popup page, posting its outcome to its opener: {type: mcp-oauth-success, correlation_id, "
+                "tool_id} or {type: mcp-oauth-error, code, message, correlation_id}",
+            ),
+        ),
+    ),
+    Route(
+        "GET",
         "/tools",
         handlers.list_tools,
         "The tools the caller may see, paged (configs are never listed)",
@@ -296,7 +327,7 @@ _TABLE: tuple[Route, ...] = (
         ToolList,
         query_params=(
             ("q", {"type": "string", "maxLength": 500}, "ranks by and keeps tools matching these words"),
-            ("kind", {"type": "string", "enum": ["http", "db", "mcp", "function"]}, "only tools of this kind"),
+            ("kind", kinds.filter_schema, "only tools of this kind"),
             ("name_contains", {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NOT_BLANK},
              "only names containing this"),
             ("requires_approval", {"type": "boolean"}, "only gated (true) or ungated (false) tools"),
@@ -310,11 +341,3 @@ _TABLE: tuple[Route, ...] = (
 ROUTES: tuple[Route, ...] = tuple(
     dataclasses.replace(r, scope=r.scope or scope_for(r.path)) if not r.public else r for r in _TABLE
 )
-
-
-def templates() -> list[tuple[str, list[str]]]:
-    """Each path of the route table once, with its methods, in table order."""
-    found: dict[str, list[str]] = {}
-    for route in ROUTES:
-        found.setdefault(route.path, []).append(route.method)
-    return list(found.items())

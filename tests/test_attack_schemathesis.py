@@ -87,7 +87,9 @@ def mounted_schema(adapter: str, pg_base_url: str, max_examples: int = EXAMPLES)
         schema.app = _app(adapter, engine, stack)
         page = sync_bridge.run(engine.list_documents(principals=["group:hr"], limit=1))
         assert page.next_cursor is not None
-        bind(schema, StoreState(cursor=page.next_cursor, revision=sync_bridge.run(engine.revision())))
+        # the callers are not trusted: the revision they may pass back is their view's handle
+        revision = sync_bridge.run(engine.revision(principals=["group:hr"]))
+        bind(schema, StoreState(cursor=page.next_cursor, revision=revision))
         try:
             yield schema
         finally:

@@ -434,7 +434,8 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     # history: the versions a caller may see, and a read as of an earlier revision
     r["versions"] = call("GET", f"/documents/{hr_id}/versions")
     r["versions_hidden"] = call("GET", f"/documents/{hr_id}/versions", who=ENG)
-    r["get_as_of_first"] = call("GET", f"/documents/{hr_id}", query={"as_of": 1})
+    filed_at = r["ingest_text"].body["documents"][0]["revision"]  # a caller's handle, passed back as as_of
+    r["get_as_of_first"] = call("GET", f"/documents/{hr_id}", query={"as_of": filed_at})
     r["get_as_of_bad"] = call("GET", f"/documents/{hr_id}", query={"as_of": "later"})
 
     # governed tools: listed and run for the caller's principals only
@@ -1006,11 +1007,13 @@ def test_the_scenario_covers_every_route(t: Transcript) -> None:
 
 # ---------------------------------------------------------------------------------- the three agree
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_HANDLES = ("revision", "valid_from", "valid_to", "chunk_id", "chunkId")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?$")
 
 
 def normalise(value: Any, ids: dict[str, str]) -> Any:
-    """Replace what differs per run: ids (numbered by first appearance), timestamps, cursors, timings."""
+    """Replace what differs per run: ids, revisions and chunk ids (numbered by first appearance),
+    timestamps, cursors, timings."""
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
@@ -1018,6 +1021,10 @@ def normalise(value: Any, ids: dict[str, str]) -> Any:
                 out[key] = "<timings>"
             elif key == "next_cursor" and item is not None:
                 out[key] = "<cursor>"
+            elif key in _HANDLES and isinstance(item, int | str) and not isinstance(item, bool):
+                # a non-trusted caller's revisions and chunk ids are handles of each store's own key
+                kind = "chunk" if key in ("chunk_id", "chunkId") else "revision"
+                out[key] = ids.setdefault(f"{kind}:{item}", f"<{kind}{len(ids) + 1}>")
             else:
                 out[key] = normalise(item, ids)
         return out

@@ -143,6 +143,34 @@ async def test_leg_reasons_before_the_graph_exists(database_url: str, server: Fa
         assert (await eng.search("Acme Corp")).usage["graph"]["reason"] == "no_graph_documents"
 
 
+async def test_hidden_graph_documents_change_nothing_an_untrusted_caller_is_told(
+    graph_engine: ContextEngine,
+) -> None:
+    """Another tenant's graph documents, whether there are none or several, leave an untrusted
+    caller's ``usage["graph"]`` (reason, entities, ids, mode) and its hits exactly as they were."""
+    await graph_engine.ingest(text="Plain notes about Acme Corp and Widget Pro.", name="own", acl=["tenant:a"])
+    queries = ("Acme Corp supplies", "Widget Pro", "holiday plans")
+
+    async def seen() -> list[Any]:
+        out: list[Any] = []
+        for query in queries:
+            for mode in (None, "hybrid"):
+                result = await graph_engine.search(query, principals=["tenant:a"], mode=mode)
+                usage = {k: result.usage[k] for k in ("graph", "mode", "mode_used")}
+                out.append((query, mode, usage, [(h.chunk_id, h.score) for h in result.hits]))
+        return out
+
+    before = await seen()
+    assert before[0][2]["graph"] == {
+        "applied": False, "reason": "no_entities_in_query", "entities": [], "entity_ids": []}
+    await ingest(graph_engine, SUPPLY, "supply", acl=["tenant:b"])
+    await ingest(graph_engine, OTHER, "other", acl=["tenant:b"])
+    assert await rows(graph_engine, "SELECT count(*) FROM ce_graph_entities") != [(0,)]
+    assert await seen() == before
+    # the trusted caller is told how the store stands
+    assert (await graph_engine.search("Acme Corp")).usage["graph"]["reason"] == "auto"
+
+
 async def test_an_entity_only_in_hidden_documents_does_not_exist(graph_engine: ContextEngine) -> None:
     await ingest(graph_engine, SUPPLY, "supply", acl=["group:ops"])
     await ingest(graph_engine, OTHER, "other")
@@ -300,7 +328,8 @@ async def test_no_connection_is_held_while_the_model_extracts(database_url: str,
         await finishes(asked.wait(), "the extraction calling the model")  # the model is working on it
         # held until released, so a search that needed the extraction's connection could never finish
         found = await finishes(eng.search("annual suppliers", principals=[]), "a search during the extraction")
-        assert found.usage["graph"]["reason"] == "no_graph_documents" and not extraction.done()
+        # an anonymous caller is not told whether anyone's document is in the graph yet
+        assert found.usage["graph"]["reason"] == "no_entities_in_query" and not extraction.done()
         release.set()
         report = await extraction
     assert report.entities == 5

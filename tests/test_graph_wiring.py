@@ -11,6 +11,7 @@ import pytest
 
 from context_engine import TRUSTED, UNSCOPED, ContextEngine, Scope, call_knowledge_tool
 from context_engine.graph.errors import GraphNotEnabled
+from context_engine.hooks import Hooks, UsageEvent
 from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer
 from tests.graph_fakes import graph_config, serve_graph_model
@@ -97,3 +98,23 @@ async def test_the_four_graph_actions_over_mcp(database_url: str, server: FakeHT
         assert answer["success"] is True, (action, answer)
     assert "team atlas" in str(answers["get_neighbors"]).lower()
     assert "widget pro" in str(answers["traverse"]).lower()
+
+
+async def test_a_graph_ingest_meters_the_mode_it_ran_in(database_url: str, server: FakeHTTPServer) -> None:
+    usage: list[UsageEvent] = []
+    hooks = Hooks(on_usage=usage.append)
+    async with ContextEngine(make_config(database_url, **graph_config(server)), hooks=hooks) as engine:
+        await engine.migrate_graph()
+        text = await engine.ingest(text="Acme Corp supplies Widget Pro.", name="supply.md", mode="graph")
+        sheet = await engine.ingest(file=b"a,b\n1,2\n", name="numbers.csv", mode="graph")
+        plain = await engine.ingest(text="Nothing to extract here.", name="plain.md")
+    ingests = [u for u in usage if u.kind == "ingest"]
+    assert [u.document_id for u in ingests] == [
+        r.documents[0].document_id for r in (text, sheet, plain)
+    ]  # one event each, sent once the mode is known
+    graph_doc, sheet_doc = text.documents[0], sheet.documents[0]
+    assert (ingests[0].detail["mode"], ingests[0].detail["mode_reason"]) == ("graph", None)
+    assert ingests[1].detail["mode"] == "hybrid"
+    assert ingests[1].detail["mode_reason"] == sheet_doc.mode_reason and sheet_doc.mode_reason
+    assert graph_doc.mode_used == "graph"
+    assert (ingests[2].detail["mode"], ingests[2].detail["mode_reason"]) == ("hybrid", None)

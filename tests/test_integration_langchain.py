@@ -133,7 +133,7 @@ async def test_metadata_is_what_the_search_route_returns_redacted(database_url: 
 
 async def test_group_by_document_and_as_of(engine: ContextEngine) -> None:
     ids = await seed(engine)
-    before = await engine.revision()
+    before = await engine.revision(principals=HR)  # the revision of the retriever's view (a handle)
     await engine.delete_document(ids["hr-leave"], principals=TRUSTED)
     retriever = ContextEngineRetriever(engine=engine, principals=HR, top_k=10, group_by="document")
     now = await retriever.ainvoke(QUESTION)

@@ -65,7 +65,7 @@ async def test_filters_group_by_and_as_of(engine: ContextEngine) -> None:
     ids = await seed(engine)
     wiki = ContextEngineRetriever(engine, principals=HR, top_k=10, source_ids=[OTHER_SOURCE])
     assert _names(await wiki.aretrieve(QUESTION)) == {"hr-sick"}
-    before = await engine.revision()
+    before = await engine.revision(principals=HR)  # the revision of the retriever's view (a handle)
     await engine.delete_document(ids["hr-carry"], principals=TRUSTED)
     by_document = ContextEngineRetriever(engine, principals=HR, top_k=10, group_by="document")
     now = await by_document.aretrieve(QUESTION)

@@ -18,21 +18,22 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from context_engine import TRUSTED, UNSCOPED, ContextEngine, knowledge_tool_definition
+from context_engine.knowledge.tool.actions import actions, get
 from context_engine.knowledge.tool.definition import deployment_definition
-from context_engine.knowledge.tool.off import AVAILABLE, OFF_SENTENCES
-from context_engine.knowledge.tool.properties import ACTION_ARGS
 from context_engine.mcp import create_mcp_app
 from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer
 from tests.test_knowledge_tool_doors import ServerThread
 
-SWITCHABLE = set(AVAILABLE)
+SWITCHABLE = {a.name for a in actions() if a.available is not None}
+OFF_SENTENCES = {a.name: a.off_sentence for a in actions() if a.available is not None}
 
 
 def arguments(action: str) -> dict[str, Any]:
     """Each action's required arguments, filled (from the tool's own argument table)."""
-    required, _optional = ACTION_ARGS[action]
-    return {name: "leave" for name in required}
+    record = get(action)
+    assert record is not None
+    return {name: "leave" for name in record.required}
 
 
 @pytest.fixture

@@ -27,12 +27,14 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from context_engine import TRUSTED, UNSCOPED, ContextEngine, Scope, call_knowledge_tool
-from context_engine.knowledge.tool.off import OFF_SENTENCES
+from context_engine.knowledge.tool.actions import actions
 from context_engine.mcp import create_mcp_app, current_request
 from tests.conftest import make_config
 from tests.waiting import until
 
 Corpus = dict[str, str]  # document name -> id
+#: the sentence each action that can be off answers (read from the action records)
+OFF_SENTENCES = {a.name: a.off_sentence for a in actions() if a.available is not None}
 
 LEAVE_POLICY = """# Leave policy
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from context_engine.knowledge.tool.actions import KNOWLEDGE_ACTIONS, actions, honours_document_ids, properties
 from context_engine.knowledge.tool.arguments import check
 from context_engine.knowledge.tool.call import Refusal
-from context_engine.knowledge.tool.properties import ACTION_ARGS, HONOURS_DOCUMENT_IDS, KNOWLEDGE_ACTIONS, PROPERTIES
 from context_engine.knowledge.tool.search import named_file
 from context_engine.knowledge.tool.sheets import first_columns, frame_keys, is_aggregate
 
@@ -54,10 +54,10 @@ def test_frame_keys_are_computes_own_names() -> None:
 
 
 def test_every_action_has_its_arguments_in_the_table() -> None:
-    assert len(KNOWLEDGE_ACTIONS) == 13 and set(ACTION_ARGS) == set(KNOWLEDGE_ACTIONS)
-    for required, optional in ACTION_ARGS.values():
-        assert set(required + optional) <= set(PROPERTIES) - {"action"}
-    assert HONOURS_DOCUMENT_IDS == {"search", "compute", "get_docs", "map_reduce", "discover", "list"}
+    assert len(KNOWLEDGE_ACTIONS) == 13 and [a.name for a in actions()] == list(KNOWLEDGE_ACTIONS)
+    for action in actions():
+        assert set(action.arguments) <= set(properties()) - {"action"}
+    assert honours_document_ids() == {"search", "compute", "get_docs", "map_reduce", "discover", "list"}
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from context_engine.retrieval import bm25, legs, lexical
 from context_engine.storage.migrate import migrate
 from context_engine.storage.predicates import ReadScope
 from tests.conftest import make_config
+from tests.test_bm25_pruning import _postings_drift
 
 # ------------------------------------------------------------------------------------------- parsing
 
@@ -69,6 +70,7 @@ async def _assert_stats_current(engine: ContextEngine) -> None:
         kept_groups = (await conn.execute(text(_KEPT_GROUPS))).all()
         recount_groups = (await conn.execute(text(_EXPECTED_GROUPS))).all()
         assert [tuple(r) for r in kept_groups] == [tuple(r) for r in recount_groups]
+    assert await _postings_drift(sql) == (0, 0)  # the postings (migration 0020) too
 
 
 async def test_bm25_statistics_follow_ingest_replace_acl_change_and_delete(database_url: str) -> None:
@@ -162,14 +164,14 @@ async def test_migration_backfills_statistics_for_existing_chunks(database_url: 
         await engine.ingest(text="Cats chase mice.", name="a")
         await engine.ingest(text="Dogs chase cats.", name="b", acl=["group:x"])
         sql = await engine.database()
-        revisions = ("0002_bm25", "0015_bm25_group_ids", "0019_bm25_term_bounds")
-        async with sql.begin() as conn:  # as if the database predated revisions 0002, 0015 and 0019
-            await conn.execute(text("DROP TABLE ce_bm25_terms, ce_bm25_groups"))
+        revisions = ("0002_bm25", "0015_bm25_group_ids", "0019_bm25_term_bounds", "0020_bm25_postings")
+        async with sql.begin() as conn:  # as if the database predated revisions 0002, 0015, 0019 and 0020
+            await conn.execute(text("DROP TABLE ce_bm25_terms, ce_bm25_groups, ce_bm25_postings"))
             await conn.execute(text("DELETE FROM ce_schema_migrations WHERE id = ANY(:ids)"), {"ids": list(revisions)})
         report = await migrate(sql, dim=engine.embedder.dim)
         assert report.applied == list(revisions)
         await _assert_stats_current(engine)
-        async with sql.begin() as conn:  # 0015 and 0019 run again (their statements are idempotent): the same counts
+        async with sql.begin() as conn:  # 0015, 0019 and 0020 run again (their statements are idempotent)
             await conn.execute(
                 text("DELETE FROM ce_schema_migrations WHERE id = ANY(:ids)"), {"ids": list(revisions[1:])}
             )

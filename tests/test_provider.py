@@ -75,7 +75,7 @@ async def test_search_bounds_marks_and_sources(kb: LocalKnowledge) -> None:
     assert wider.error is not None and wider.error.code == "scope_violation"
     bad_as_of = await kb.search(SCOPE, "volcanoes", as_of=999)
     assert bad_as_of.error is not None and bad_as_of.error.code == "invalid"
-    assert "beyond the current revision" in bad_as_of.error.message
+    assert "not a revision handle of this store" in bad_as_of.error.message  # a scope with principals speaks in handles
 
 
 async def test_search_text_is_capped_at_16_kb(database_url: str) -> None:

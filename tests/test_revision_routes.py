@@ -38,8 +38,10 @@ def transcript(adapter: str, pg_base_url: str) -> dict[str, Any]:
                 "POST", "/knowledge/query", json_body={"query": "harbour tides", "asOf": before, "expand": False}
             )
             out["future"] = call("POST", "/search", who="!trusted", json_body={"query": "harbour", "as_of": 10_000})
-            # a caller is not told the store's revision: ahead of it reads the current store
+            # a caller is told handles, not the store's revisions: a number that is no handle of a
+            # revision reached is refused with one sentence that names no number
             out["future_caller"] = call("POST", "/search", json_body={"query": "harbour", "as_of": 10_000})
+            out["handle_then"] = call("GET", f"/documents/{doc_id}/versions", who="!trusted")
             out["negative"] = call("GET", "/documents", query={"as_of": -1})
     return out
 
@@ -60,7 +62,13 @@ def test_history_over_http(transcripts: dict[str, dict[str, Any]]) -> None:
         assert t["search_now"].body["hits"] == []
         assert [m["sourceName"] for m in t["knowledge_then"].body["matches"]] == ["tides.md"]
         assert t["future"].status == 400 and "beyond the current revision" in t["future"].body["error"]["message"]
-        assert t["future_caller"].status == 200 and t["future_caller"].body["hits"] == t["search_now"].body["hits"]
+        assert t["future_caller"].status == 400 and t["future_caller"].body["error"] == {
+            "code": "invalid_request",
+            "message": "as_of is not a revision handle of this store (pass one a response gave you)",
+        }
+        # the write response told the caller a handle, not the store's revision the trusted caller sees
+        store_revisions = {v["valid_from"] for v in t["handle_then"].body["versions"]}
+        assert t["then"].body["revision"] not in store_revisions | {0, 1, 2, 3}
         assert t["negative"].status == 400
     bodies = {a: {k: r.status for k, r in t.items()} for a, t in transcripts.items()}
     assert bodies["fastapi"] == bodies["flask"] == bodies["django"]

@@ -26,6 +26,7 @@ from context_engine import ContextEngine
 from context_engine.errors import NotFound
 from context_engine.principals import TRUSTED, resolve
 from context_engine.retrieval.legs.fts import fts_leg
+from context_engine.revisions import handles
 from context_engine.storage.predicates import ReadScope
 from tests.conftest import make_config
 from tests.fakes.word_embedder import WordEmbedder
@@ -53,7 +54,8 @@ operation = st.one_of(
 )
 
 _RESET = (
-    "TRUNCATE ce_documents, ce_document_versions, ce_chunks, ce_bm25_terms, ce_bm25_groups, ce_vector_counts, "
+    "TRUNCATE ce_documents, ce_document_versions, ce_chunks, ce_bm25_terms, ce_bm25_groups, ce_bm25_postings, "
+    "ce_vector_counts, "
     "ce_idempotency_keys, ce_agent_links, ce_document_fields, ce_embedding_batches RESTART IDENTITY; "
     "UPDATE ce_store_revision SET revision = 0; "
     "DELETE FROM ce_meta WHERE key = 'revision_horizon'"
@@ -111,33 +113,49 @@ async def _bm25(eng: ContextEngine, query: str, reader: Any, as_of: int | None) 
 
 
 async def _observe(
-    eng: ContextEngine, as_of: int | None, doc_ids: list[str], readers: list[int] | None = None
+    eng: ContextEngine,
+    as_of: int | None,
+    doc_ids: list[str],
+    readers: list[int] | None = None,
 ) -> dict[str, Any]:
-    """Everything the read paths answer, in a form that does not depend on document ids."""
+    """Everything the read paths answer, in a form that does not depend on document ids. A
+    non-trusted reader passes and is told revision handles (each store has its own key), so the
+    revisions it is told are compared as the store revisions they stand for. A non-trusted reader's
+    ``stats.revision`` (the last change of its view) is left out: in history it counts the closing of
+    a version the reader could read then and can read now, which a store rebuilt up to then (where
+    the reader may not read the document yet) cannot show; test_cross_tenant_signals covers it."""
     seen: dict[str, Any] = {}
+    keys = await handles.for_db(await eng.database())
     for i, reader in enumerate(READERS):
         if readers is not None and i not in readers:
             continue
+        trusted = reader is TRUSTED
+
+        def store(told: int, trusted: bool = trusted) -> int | None:
+            return told if trusted else keys.decode(told)
+
+        at = as_of if as_of is None or trusted else keys.encode(as_of)
         for query in QUERIES:
             seen[f"bm25 {i} {query}"] = await _bm25(eng, query, reader, as_of)
-            result = await eng.search(query, principals=reader, top_k=20, as_of=as_of)
+            result = await eng.search(query, principals=reader, top_k=20, as_of=at)
             seen[f"search {i} {query}"] = [
                 (h.document_name, h.chunk_idx, h.chunk_text, h.score, h.matched_by, h.similarity) for h in result.hits
             ]
-        listed = (await eng.list_documents(principals=reader, limit=500, as_of=as_of)).documents
+        listed = (await eng.list_documents(principals=reader, limit=500, as_of=at)).documents
         seen[f"list {i}"] = sorted(
-            (d.name, d.source_id, d.acl, d.version, d.revision, d.chunk_count, d.status) for d in listed
+            (d.name, d.source_id, d.acl, d.version, store(d.revision), d.chunk_count, d.status) for d in listed
         )
         got = []
         for doc in doc_ids:
             try:
-                found = await eng.get_document(doc, principals=reader, as_of=as_of)
+                found = await eng.get_document(doc, principals=reader, as_of=at)
             except NotFound:
                 continue
-            got.append((found.name, found.text, found.acl, found.version, found.revision, found.attributes))
+            got.append((found.name, found.text, found.acl, found.version, store(found.revision), found.attributes))
         seen[f"get {i}"] = sorted(got)
-        stats = await eng.stats(principals=reader, as_of=as_of)
-        seen[f"stats {i}"] = (stats.documents, stats.chunks, stats.by_status, stats.sources, stats.revision)
+        stats = await eng.stats(principals=reader, as_of=at)
+        revision = stats.revision if trusted else None
+        seen[f"stats {i}"] = (stats.documents, stats.chunks, stats.by_status, stats.sources, revision)
     return seen
 
 

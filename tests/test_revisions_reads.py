@@ -66,6 +66,7 @@ async def test_an_acl_change_is_history_so_a_past_read_applies_the_acl_of_then_a
     r2 = updated.revision
     assert updated.version == 2 and r2 > r1
     as_a, as_b, both = ["team-a"], ["team-b"], ["team-a", "team-b"]
+    r1 = await eng.revision_handle(r1)  # what a non-trusted caller is told for revision r1, and passes back
     assert (await eng.search("quarterly roadmap", principals=as_a)).hits == []
     # team-a could read it at r1 but was revoked since: its past is closed to team-a too
     assert (await eng.search("quarterly roadmap", principals=as_a, as_of=r1)).hits == []
@@ -97,6 +98,7 @@ async def test_a_deleted_document_keeps_its_last_acl_for_history(eng: ContextEng
     doc, r1 = await _ingest(eng, "memo.md", "The merger closes in spring.")
     await eng.update_document(doc, acl=["group:exec"])
     await eng.delete_document(doc)
+    r1 = await eng.revision_handle(r1)  # the callers below are not trusted: they speak in handles
     for who in ([], ["group:staff"]):
         assert (await eng.search("merger spring", principals=who, as_of=r1)).hits == []
         assert (await eng.list_documents(principals=who, as_of=r1)).documents == []

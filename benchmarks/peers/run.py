@@ -65,6 +65,7 @@ from context_engine.storage import embedded  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bm25_bounds  # noqa: E402
+import bm25_passes  # noqa: E402
 import concurrency  # noqa: E402
 import handwritten  # noqa: E402
 import overhead  # noqa: E402
@@ -481,6 +482,7 @@ async def main(args: argparse.Namespace) -> None:
             for close in system.closers:
                 await close()
         bounds = await bm25_bounds.compare(engine, texts_of)
+        bounds += ["", *await bm25_passes.compare(engine, texts_of)]
         stages: list[str] = []
         if args.stage_queries > 0:
             log(f"stage breakdown start; load {load_average()}")

@@ -27,11 +27,12 @@ from context_engine.compute.errors import ComputeDisabled, NoFrames, UnsafeCode
 from context_engine.compute.frames import CallerScope, load_stored_frames, mask_frames, require_pandas
 from context_engine.compute.worker import WorkerOutcome, run_in_worker
 from context_engine.config import ComputeConfig, ContextEngineConfig
-from context_engine.errors import ContextEngineError, InvalidRequest
+from context_engine.errors import ContextEngineError
 from context_engine.hooks import ErrorEvent, Hooks, UsageEvent
 from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.structured import LLMNotConfigured, structured_call
 from context_engine.redaction.apply import Redactor
+from context_engine.validation import check_question
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,7 +74,7 @@ async def compute_over_frames(
     ``hooks.on_usage`` once with the tokens of every attempt.
     """
     settings = settings or config.compute
-    question = _check_question(question)
+    question = check_question(question, "question", MAX_QUESTION_CHARS)
     if not settings.enable_code_execution and code_runner is None:
         raise ComputeDisabled(OFF_MESSAGE)
     if config.llm is None:
@@ -176,7 +177,7 @@ async def compute(
     A host ``runner`` replaces all of it and makes the action available whatever ``settings`` say:
     it gets the instruction and the scope (never the redaction policy), and its reply is swept.
     """
-    question = _check_question(question)
+    question = check_question(question, "question", MAX_QUESTION_CHARS)
     if runner is not None:
         reply = await runner(
             question,
@@ -230,11 +231,3 @@ async def _run(
         error_kind=("frame_key" if failed and "no frame named" in str(failed) else "runtime") if failed else None,
         wall_time=time.perf_counter() - started,
     )
-
-
-def _check_question(question: Any) -> str:
-    if not isinstance(question, str) or not question.strip():
-        raise InvalidRequest("question must be a non-empty string")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise InvalidRequest(f"question is longer than {MAX_QUESTION_CHARS} characters")
-    return question.strip()

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from context_engine.embeddings.batches import BatchNotSupported
+from context_engine.embeddings.openai_batches import OpenAIBatchClient
 from context_engine.embeddings.tokens import estimate_tokens
-
-if TYPE_CHECKING:
-    from context_engine.embeddings.openai_batches import OpenAIBatchClient
 
 InputKind = Literal["document", "query"]
 

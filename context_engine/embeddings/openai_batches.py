@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
-from typing import IO, Any
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
+from typing import IO, Any, TypeVar
 
 import httpx
 
 from context_engine.embeddings.batches import BatchHandle, BatchNotSupported, BatchProgress, BatchResultInvalid
-from context_engine.embeddings.openai_compat import (
-    HttpClientHolder,
-    RetryableFailure,
-    error_snippet,
-    failure_for_status,
-    transport_failure,
-    with_retries,
-)
 from context_engine.errors import DimensionMismatch, InvalidRequest, ProviderError
+from context_engine.providers.failures import status_failure, transport_failure
+from context_engine.providers.http import HttpClientHolder
+from context_engine.providers.redact import error_snippet
+from context_engine.providers.retry import RetryableFailure, with_retries
+
+T = TypeVar("T")
 
 #: the endpoint every line of the input file names
 EMBEDDINGS_ENDPOINT = "/v1/embeddings"
@@ -155,9 +153,7 @@ class OpenAIBatchClient:
                 raise self._malformed("file")
             return file_id
 
-        return await with_retries(
-            self.provider, attempt, max_retries=self._max_retries, backoff_base=self.backoff_base, secrets=self._secrets
-        )
+        return await self._retried(attempt, self._max_retries)
 
     async def cancel(self, handle: BatchHandle) -> None:
         """Ask the provider to stop a job nobody will collect (a newer version superseded it), so it
@@ -306,8 +302,16 @@ class OpenAIBatchClient:
             self._raise_for_status(response)
             return self._json(response, "batch")
 
+        return await self._retried(attempt, retries)
+
+    async def _retried(self, attempt: Callable[[], Awaitable[T]], retries: int) -> T:
         return await with_retries(
-            self.provider, attempt, max_retries=retries, backoff_base=self.backoff_base, secrets=self._secrets
+            f"{self.provider} embeddings",
+            attempt,
+            max_retries=retries,
+            backoff_base=self.backoff_base,
+            secrets=self._secrets,
+            details={"provider": self.provider},
         )
 
     def _final(self, failure: Exception) -> Exception:
@@ -321,13 +325,14 @@ class OpenAIBatchClient:
             raise self._status_error(response)
 
     def _status_error(self, response: httpx.Response) -> Exception:
-        return failure_for_status(
-            self.provider,
+        return status_failure(
+            f"{self.provider} embeddings request",
             response.status_code,
             response.content,
             response.headers,
-            batch_size=1,
             secrets=self._secrets,
+            details={"provider": self.provider},
+            batch_size=1,
         )
 
     def _json(self, response: httpx.Response, what: str) -> dict[str, Any]:

@@ -38,6 +38,21 @@ def estimate_tokens(text: str, token_bytes_ratio: float) -> int:
     return max(1, int(len(text.encode("utf-8")) / token_bytes_ratio) + 1)
 
 
+def head_tokens(text: str, limit: int, count_tokens: Callable[[str], int]) -> str:
+    """The longest whole-word prefix of ``text`` within ``limit`` tokens (binary search on words)."""
+    words = text.split()
+    if count_tokens(" ".join(words)) <= limit:
+        return " ".join(words)
+    lo, hi = 0, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(" ".join(words[:mid])) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo])
+
+
 def tiktoken_cache_file(url: str = CL100K_URL) -> Path | None:
     """Where tiktoken keeps ``url`` once fetched, or None when its cache is switched off.
 

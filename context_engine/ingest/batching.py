@@ -1,8 +1,9 @@
 """Embedding requests packed by items and by tokens, run a few at a time, paid for once.
 
-A batch closes on whichever cap it reaches first (items per request, tokens per request) from a
-per-provider table the config can override. A provider that refuses a batch for its size makes
-the run halve its item cap and retry the pieces. Each finished batch is handed to ``on_batch``
+A batch closes on whichever cap it reaches first (items per request, tokens per request) from the
+provider's registered caps (:mod:`context_engine.providers.registry`), which the config can
+override. A provider that refuses a batch for its size makes the run halve its item cap and retry
+the pieces. Each finished batch is handed to ``on_batch``
 at once (the pipeline stores it), so a failure later in the run never costs the earlier batches.
 """
 
@@ -16,19 +17,8 @@ from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder
 from context_engine.errors import ProviderError
 from context_engine.ingest.fair_share import FairGate
-
-#: provider -> (items per request, tokens per request or None)
-PROVIDER_BATCH_LIMITS: dict[str, tuple[int, int | None]] = {
-    "openai": (256, 250_000),
-    "azure_openai": (256, 250_000),
-    "custom": (256, 250_000),
-    "voyage": (128, 120_000),
-    "cohere": (96, None),
-    # one batchEmbedContents request carries at most 100 inputs; the API states no per-request token cap
-    "gemini": (100, None),
-    "vertex_ai": (100, None),
-    "local": (64, None),
-}
+from context_engine.providers import registry
+from context_engine.providers.failures import BatchTooLarge
 
 
 @dataclass(slots=True)
@@ -55,7 +45,9 @@ class EmbeddingBatchRejected(ProviderError):
 
 
 def batch_limits(config: EmbeddingConfig, provider: str) -> tuple[int, int | None]:
-    items, tokens = PROVIDER_BATCH_LIMITS.get(provider, (64, None))
+    """The provider's registered caps (64 items for one the registry does not know), as configured."""
+    registered = registry.embedding_providers().get(provider)
+    items, tokens = (registered.batch_items, registered.batch_tokens) if registered else (64, None)
     if config.max_batch_items is not None:
         items = config.max_batch_items
     if config.max_batch_tokens is not None:
@@ -157,6 +149,4 @@ async def run(
 
 
 def _is_batch_too_large(exc: ProviderError) -> bool:
-    from context_engine.embeddings.openai_compat import BatchTooLarge
-
     return isinstance(exc, BatchTooLarge)

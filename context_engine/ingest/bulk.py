@@ -534,16 +534,18 @@ class BulkLoader:
                 "SELECT b.document_id, 1, b.position, b.source_id, b.acl, b.text, b.text_hash, b.section, b.page, "
                 "b.kind, v.tsv, b.embedding, %(ek)s, b.meta, %(first)s + b.doc "
                 "FROM ce_bulk_chunks b JOIN ce_bulk_tsv v ON v.ord = b.ord ORDER BY b.ord "
-                "RETURNING source_id, acl, tsv, tsv_tokens), "
+                "RETURNING id, source_id, acl, tsv, tsv_tokens), "
                 "grp AS (INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
                 "SELECT source_id, acl, count(*), coalesce(sum(tsv_tokens), 0) FROM ins GROUP BY 1, 2 ORDER BY 1, 2 "
                 "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
-                "tokens = g.tokens + EXCLUDED.tokens RETURNING g.group_id, g.source_id, g.acl) "
-                "INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df, max_tf, min_len) "
+                "tokens = g.tokens + EXCLUDED.tokens RETURNING g.group_id, g.source_id, g.acl), "
+                "terms AS (INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df, max_tf, min_len) "
                 "SELECT u.lexeme, grp.group_id, count(*), max(coalesce(array_length(u.positions, 1), 1)), "
                 "min(i.tsv_tokens) FROM ins i JOIN grp ON grp.source_id = i.source_id AND grp.acl = i.acl, "
                 "unnest(i.tsv) u GROUP BY 1, 2 ORDER BY 1, 2 "
-                f"ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df, {bm25_stats.KEEP_BOUNDS}",
+                f"ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df, {bm25_stats.KEEP_BOUNDS}) "
+                f"INSERT INTO ce_bm25_postings (lexeme, chunk_id, group_id, tf, tokens) SELECT {bm25_stats.POSTING} "
+                "FROM ins c JOIN grp g ON g.source_id = c.source_id AND g.acl = c.acl, unnest(c.tsv) u ORDER BY 1, 2",
                 {"ek": key, "first": first},
             )
 

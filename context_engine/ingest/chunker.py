@@ -2,7 +2,9 @@
 
 Neighbouring units of the same section and page are packed together until the budget is
 reached; a unit that is too large on its own is split at sentence boundaries, then words, then
-characters. Atomic units (a slide, a sheet's schema) are never merged with their neighbours.
+characters. Atomic units (a slide, a sheet's schema) are never merged with their neighbours. A
+packed chunk keeps the ``language`` of the code blocks in it when they share one (the knowledge
+tool's ``get_chunks`` shows it).
 """
 
 from __future__ import annotations
@@ -36,13 +38,15 @@ def chunk_units(units: Iterable[Unit], *, budget: int, count_tokens: Callable[[s
     """Pack ``units`` into chunks of at most ``budget`` tokens (as ``count_tokens`` counts)."""
     buf: list[str] = []
     buf_tokens = 0
+    languages: set[str] = set()
     key: tuple[str | None, int | None, str] | None = None
 
     def flush() -> Iterator[Chunk]:
-        nonlocal buf, buf_tokens
+        nonlocal buf, buf_tokens, languages
         if buf and key is not None:
-            yield Chunk(text="\n\n".join(buf), section=key[0], page=key[1], kind=key[2])
-        buf, buf_tokens = [], 0
+            meta = {"language": next(iter(languages))} if len(languages) == 1 else {}
+            yield Chunk(text="\n\n".join(buf), section=key[0], page=key[1], kind=key[2], meta=meta)
+        buf, buf_tokens, languages = [], 0, set()
 
     for unit in units:
         text = unit.text.strip()
@@ -62,6 +66,9 @@ def chunk_units(units: Iterable[Unit], *, budget: int, count_tokens: Callable[[s
             key = unit_key
         buf.append(text)
         buf_tokens += tokens
+        language = unit.meta.get("language")
+        if isinstance(language, str) and language:
+            languages.add(language)
     yield from flush()
 
 

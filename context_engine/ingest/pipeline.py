@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from context_engine.config import ContextEngineConfig
-from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, ProviderError
+from context_engine.errors import ContextEngineError, IngestTooLarge
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
 from context_engine.ingest import batch_embedding, batching, fair_share, holders
 from context_engine.ingest.chunker import Chunk, chunk_units, normalise
@@ -549,12 +549,8 @@ class Ingestor:
         progress = {"done": 0, "total": report.chunks, "tokens": 0}
         try:
             return await batch_embedding.submit(self.services, share, report, holder)
-        except ContextEngineError as exc:
-            reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
-            return await self._fail_embedding(share, report, holder, reason, str(exc), progress)
         except Exception as exc:
-            log.exception("batch submission failed for document %s", doc_id)
-            return await self._fail_embedding(share, report, holder, "unknown", str(exc), progress)
+            return await self._fail_embedding(share, report, holder, exc, progress, "batch submission")
         except BaseException:
             await asyncio.shield(self._let_go(share, doc_id, holder))
             raise
@@ -680,12 +676,8 @@ class Ingestor:
         except _LeaseLost:
             log.warning("document %s was taken over by another run; this run stopped", doc_id)
             return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
-        except (ProviderError, InputTooLarge, ContextEngineError) as exc:
-            reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
-            return await self._fail_embedding(share, report, holder, reason, str(exc), progress)
         except Exception as exc:
-            log.exception("embedding failed for document %s", doc_id)
-            return await self._fail_embedding(share, report, holder, "unknown", str(exc), progress)
+            return await self._fail_embedding(share, report, holder, exc, progress, "embedding")
         except BaseException:  # cancelled (a stopped process, a cancelled resume): nothing is left owned
             await asyncio.shield(self._let_go(share, doc_id, holder))
             raise
@@ -721,13 +713,20 @@ class Ingestor:
         share: IngestShare,
         report: DocumentReport,
         holder: str,
-        reason: str,
-        error: str,
+        exc: Exception,
         progress: dict[str, int],
+        step: str,
     ) -> DocumentReport:
+        """The document stays in ``embedding`` (resumable), saying why ``step`` failed; an error of
+        ours names its code, anything else is ``unknown`` and logged with its traceback."""
         doc_id = report.document_id
         assert doc_id is not None
-        error = self.scrubber.text(error)
+        reason = "unknown"
+        if isinstance(exc, ContextEngineError):
+            reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
+        else:
+            log.error("%s failed for document %s", step, doc_id, exc_info=exc)
+        error = self.scrubber.text(str(exc))
         async with share.begin() as conn:
             await repo.mark_embedding_failed(
                 conn, doc_id, holder=holder, failure_reason=reason, error=error, progress=progress

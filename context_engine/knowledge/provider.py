@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from context_engine.errors import ContextEngineError, Forbidden, InvalidRequest, NotFound, ProviderError
 from context_engine.principals import TRUSTED
+from context_engine.revisions import view as revision_view
 from context_engine.revisions.errors import IdempotencyInProgress
 from context_engine.storage import repository as repo
 
@@ -146,7 +147,8 @@ def _message(exc: BaseException) -> str:
 
 
 class LocalKnowledge:
-    """The provider over this library's own engine (one revision counter for the whole store)."""
+    """The provider over this library's own engine: a trusted scope hears the store's revisions, a
+    scope with principals their handles."""
 
     def __init__(self, engine: Any, *, timeout: float = 30.0):
         self.engine = engine
@@ -240,23 +242,30 @@ class LocalKnowledge:
         outside = [s for s in wanted if s not in scope.source_ids]
         if outside:
             raise _Refused("scope_violation", f"sources {outside} are not in this scope")
-        # pin the revision first, so the versions reported are those of the passages returned
-        current = await self.engine.revision()
-        revision = as_of if as_of is not None else current
-        if isinstance(revision, int) and not isinstance(revision, bool) and revision > current:
-            # the interface tells its host the store's one revision anyway (``revision``), so a
-            # pinned replay asking for a revision not reached yet is told so rather than read now
-            raise _Refused("invalid", f"as_of {revision} is beyond the current revision {current}")
-        result = await self.engine.search(
-            query, principals=self._principals(scope), source_ids=wanted, top_k=k, as_of=revision
-        )
+        # pin the revision first, so the versions reported are those of the passages returned; a
+        # scope with principals speaks in revision handles (docs/revisions.md), decoded here
+        principals = self._principals(scope)
+        db = await self.engine.database()
+        revs = await revision_view.for_caller(db, None if scope.principals is None else tuple(principals))
+        if as_of is None:
+            pinned = await self.engine.revision(principals=None if revs.trusted else principals)
+        else:
+            pinned = as_of
+        revision = revs.heard(pinned)
+        if revs.trusted:
+            current = await self.engine.revision()
+            if revision is not None and revision > current:
+                # a trusted scope is told the store's one revision anyway (``revision``), so a
+                # pinned replay asking for a revision not reached yet is told so rather than read now
+                raise _Refused("invalid", f"as_of {revision} is beyond the current revision {current}")
+        result = await self.engine.search(query, principals=principals, source_ids=wanted, top_k=k, as_of=pinned)
         kept = []
         for hit in result.hits:
             if hit.source_id not in scope.source_ids:
                 log.warning("knowledge search: dropped a hit of document %s from outside the scope", hit.document_id)
                 continue
             kept.append(hit)
-        versions = await repo.versions_at(await self.engine.database(), [h.document_id for h in kept], revision)
+        versions = await repo.versions_at(db, [h.document_id for h in kept], revision)
         return _capped(kept, versions)
 
     async def get(self, scope: KnowledgeScope, doc_id: str, version: str | int) -> Result[Doc]:
@@ -280,8 +289,13 @@ class LocalKnowledge:
         )
 
     async def revision(self, scope: KnowledgeScope) -> Result[int]:
-        """The store's current revision (one counter for the whole store: the scope does not change it)."""
-        return await self._run("revision", scope, self.engine.revision())
+        """The store's current revision for a trusted scope; for a scope with principals, the handle
+        of the revision of its view (the store-wide counter would count other tenants' writes)."""
+        return await self._run("revision", scope, self._revision(scope))
+
+    async def _revision(self, scope: KnowledgeScope) -> int:
+        principals = None if scope.principals is None else list(scope.principals)
+        return int(await self.engine.revision(principals=principals))
 
 
 def local_knowledge(engine: Any, *, timeout: float = 30.0) -> LocalKnowledge:

@@ -5,7 +5,7 @@ asks it for JSON matching a schema from the portable subset (:mod:`context_engin
 validates the reply locally and re-asks at most once when the schema was only asked for in words.
 """
 
-from context_engine.llm.base import LLMClient, LLMReply
+from context_engine.llm.base import LLMClient, LLMReply, reset_native_schema_support
 from context_engine.llm.call import call_llm
 from context_engine.llm.factory import build_llm
 from context_engine.llm.schema import SchemaError, lint_unenforced, strict_portable, validate
@@ -16,15 +16,6 @@ from context_engine.llm.structured import (
     structured_call,
     structured_repair_count,
 )
-
-
-def reset_native_schema_support() -> None:
-    """Let every provider rediscover native schema support (after an SDK, model or endpoint upgrade)."""
-    from context_engine.llm import anthropic_sdk, bedrock, gemini, openai_compat
-
-    for module in (openai_compat, anthropic_sdk, gemini, bedrock):
-        module.reset_native_schema_support()
-
 
 __all__ = [
     "LLMClient",

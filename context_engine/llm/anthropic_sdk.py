@@ -16,30 +16,29 @@ downgrade is remembered per base URL and model for the process.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from context_engine.config import LLMConfig
-from context_engine.embeddings.openai_compat import redact
-from context_engine.errors import ConfigError, ProviderError
+from context_engine.errors import ProviderError
 from context_engine.llm.base import (
-    ClientHolder,
-    HttpClientFactory,
     ImageInput,
     LLMClient,
     LLMReply,
     Mode,
-    secret_of,
+    downgrade_memo,
+    mark_schema_refused,
+    native_first,
+    require_api_key,
 )
-
-log = logging.getLogger("context_engine.llm")
+from context_engine.providers.http import HttpClientFactory, HttpClientHolder
+from context_engine.providers.redact import redact
+from context_engine.providers.sdk import import_sdk
 
 ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_DEFAULT_MODEL = "claude-haiku-4-5"
-INSTALL_HINT = 'pip install "pg-context-engine[anthropic]"'
-PURPOSE = "llm"
+PURPOSE: Final = "llm"
 _TELEMETRY = (
     "X-Stainless-Lang",
     "X-Stainless-Package-Version",
@@ -55,20 +54,7 @@ _TELEMETRY = (
 _SCHEMA_PARAM = re.compile(r"output_config|output_format|\bformat\b", re.IGNORECASE)
 _INVALID_SCHEMA = re.compile(r"invalid schema|schema is invalid", re.IGNORECASE)
 
-_tool_only: set[tuple[str, str]] = set()
-
-
-def reset_native_schema_support() -> None:
-    """Forget every remembered downgrade to tool use."""
-    _tool_only.clear()
-
-
-def _import_anthropic() -> Any:
-    try:
-        import anthropic
-    except ImportError as exc:
-        raise ImportError(f"The anthropic LLM provider needs the Anthropic SDK: {INSTALL_HINT}") from exc
-    return anthropic
+_tool_only = downgrade_memo()
 
 
 class AnthropicLLM(LLMClient):
@@ -77,15 +63,14 @@ class AnthropicLLM(LLMClient):
     provider = "anthropic"
 
     def __init__(self, config: LLMConfig, http_client_factory: HttpClientFactory | None = None):
-        self._sdk_module = _import_anthropic()
+        self._sdk_module = import_sdk("anthropic", needed_by="The anthropic LLM provider needs the Anthropic SDK",
+                                      extra="anthropic")  # fmt: skip
         self._config = config
-        self._api_key = secret_of(config.api_key)
-        if not self._api_key:
-            raise ConfigError("llm.api_key is required for provider 'anthropic' (CE_LLM__API_KEY).")
+        self._api_key = require_api_key(config)
         self.model = config.model or ANTHROPIC_DEFAULT_MODEL
         self._base_url = (config.base_url or ANTHROPIC_DEFAULT_BASE_URL).rstrip("/")
         self._secrets = (self._api_key,)
-        self._http = ClientHolder(http_client_factory, PURPOSE, config.timeout)
+        self._http = HttpClientHolder(http_client_factory, PURPOSE, config.timeout)
         self._client: Any = None
 
     def _sdk(self) -> Any:
@@ -107,18 +92,15 @@ class AnthropicLLM(LLMClient):
         schema: dict[str, Any] | None = None,
         schema_name: str = "reply",
     ) -> LLMReply:
-        memo = (self._base_url, self.model)
         if schema is None:
             return await self._send(system, messages, None, schema_name, "text")
-        if memo not in _tool_only:
-            try:
-                return await self._send(system, messages, schema, schema_name, "native")
-            except ProviderError as exc:
-                if not exc.details.get("schema_refused"):
-                    raise
-            log.warning("llm provider anthropic refused output_config.format; using a forced tool from now on")
-            _tool_only.add(memo)
-        return await self._send(system, messages, schema, schema_name, "tool")
+        return await native_first(
+            lambda mode: self._send(system, messages, schema, schema_name, mode),
+            memo=_tool_only,
+            key=(self._base_url, self.model),
+            fallback="tool",
+            warning="llm provider anthropic refused output_config.format; using a forced tool from now on",
+        )
 
     async def complete_with_images(self, *, system: str, prompt: str, images: Sequence[ImageInput]) -> LLMReply:
         """Images as base64 ``image`` blocks, then the prompt, in one user turn."""
@@ -152,22 +134,13 @@ class AnthropicLLM(LLMClient):
             message = await self._sdk().messages.create(**kwargs)
         except sdk.APIStatusError as exc:
             text = redact(_describe(exc), self._secrets)
-            details: dict[str, Any] = {"status": exc.status_code}
-            if (
-                mode == "native"
-                and exc.status_code == 400
-                and _SCHEMA_PARAM.search(text)
-                and not _INVALID_SCHEMA.search(text)
-            ):
-                details["schema_refused"] = True
-            code = (
-                "provider_rejected"
-                if 400 <= exc.status_code < 500 and exc.status_code != 429
-                else ("provider_unavailable")
-            )
-            raise ProviderError(
-                f"anthropic chat failed with HTTP {exc.status_code}: {text}", code=code, details=details
-            ) from None
+            status = exc.status_code
+            code = "provider_rejected" if 400 <= status < 500 and status != 429 else "provider_unavailable"
+            failure = ProviderError(f"anthropic chat failed with HTTP {status}: {text}", code=code,
+                                    details={"status": status})  # fmt: skip
+            if mode == "native":
+                mark_schema_refused(failure, _SCHEMA_PARAM, _INVALID_SCHEMA)
+            raise failure from None
         except sdk.APIConnectionError as exc:  # includes APITimeoutError (per-attempt timeout)
             raise ProviderError(
                 f"anthropic chat could not be reached ({type(exc).__name__})", code="provider_unavailable"

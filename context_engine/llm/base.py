@@ -11,21 +11,21 @@ provider. ``complete_with_images`` is the one other door: a page image and a pro
 from __future__ import annotations
 
 import abc
-import asyncio
 import base64
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-import httpx
-
-from context_engine.embeddings.openai_compat import backoff_delay, error_snippet, parse_retry_after, redact
+from context_engine.config import LLMConfig
 from context_engine.errors import ConfigError, ProviderError
+from context_engine.providers.http import HttpClientFactory as HttpClientFactory  # its former home
+from context_engine.providers.redact import secret_of
 
-T = TypeVar("T")
+log = logging.getLogger("context_engine.llm")
 
-#: host hook: ``factory(purpose)`` returns a long-lived client it owns, or None for an engine-built one
-HttpClientFactory = Callable[[str], "httpx.AsyncClient | None"]
 #: ``native``/``tool``: the provider enforced the schema; ``prompt``: only asked for in words;
 #: ``text``: no schema was sent
 Mode = Literal["native", "tool", "prompt", "text"]
@@ -91,102 +91,70 @@ class LLMClient(abc.ABC):
         """Release a client this provider built itself (never a host-supplied one)."""
 
 
-class ClientHolder:
-    """The host's client for ``purpose`` (never closed here) or one built and later closed by us.
-
-    The factory is asked once per holder; a holder lives as long as the provider that owns it.
-    """
-
-    def __init__(self, factory: HttpClientFactory | None, purpose: str, timeout: float):
-        self._factory = factory
-        self._purpose = purpose
-        self._timeout = timeout
-        self._client: httpx.AsyncClient | None = None
-        self._owned = False
-
-    @property
-    def owned(self) -> bool:
-        return self._owned
-
-    def get(self) -> httpx.AsyncClient:
-        if self._client is None:
-            supplied = self._factory(self._purpose) if self._factory is not None else None
-            if supplied is not None:
-                self._client, self._owned = supplied, False
-            else:
-                self._client, self._owned = httpx.AsyncClient(timeout=self._timeout), True
-        return self._client
-
-    async def aclose(self) -> None:
-        client, owned = self._client, self._owned
-        self._client, self._owned = None, False
-        if client is not None and owned:
-            await client.aclose()
+def require_api_key(config: LLMConfig) -> str:
+    """``llm.api_key`` in plain text, or a ConfigError naming the setting to fill."""
+    key = secret_of(config.api_key)
+    if not key:
+        raise ConfigError(f"llm.api_key is required for provider {config.provider!r} (CE_LLM__API_KEY).")
+    return key
 
 
-class Retryable(Exception):
-    """One attempt failed in a way another attempt may not (429, 5xx, connection error, timeout)."""
-
-    def __init__(self, message: str, retry_after: float | None = None):
-        super().__init__(message)
-        self.message = message
-        self.retry_after = retry_after
-
-
-async def with_retries(
-    what: str,
-    attempt: Callable[[], Awaitable[T]],
-    *,
-    max_retries: int,
-    secrets: tuple[str, ...],
-    backoff_base: float = 0.5,
-) -> T:
-    """``attempt`` once plus up to ``max_retries`` retries of its ``Retryable`` failures.
-
-    Any other exception propagates at once; exhaustion is ``ProviderError(provider_unavailable)``.
-    """
-    attempts = max_retries + 1
-    last = ""
-    for number in range(attempts):
-        try:
-            return await attempt()
-        except Retryable as failure:
-            last = failure.message
-            if number + 1 >= attempts:
-                break
-            delay = failure.retry_after if failure.retry_after is not None else backoff_delay(number, backoff_base)
-            await asyncio.sleep(delay)
-    raise ProviderError(
-        redact(f"{what} unavailable after {attempts} attempt(s): {last}", secrets),
-        code="provider_unavailable",
-        details={"attempts": attempts},
+def schema_instructions(schema: dict[str, Any]) -> str:
+    """How the schema is asked for in words when the endpoint cannot enforce it."""
+    return (
+        "\n\nReply with a single JSON object and nothing else (no prose, no code fence). "
+        "It must validate against this JSON Schema:\n" + json.dumps(schema, separators=(",", ":"))
     )
 
 
-def status_failure(what: str, response: httpx.Response, secrets: tuple[str, ...]) -> Exception:
-    """A non-2xx reply as the retry loop sees it: 429/5xx retryable, any other status final."""
-    snippet = error_snippet(response.content, secrets)
-    message = f"{what} failed with HTTP {response.status_code}" + (f": {snippet}" if snippet else "")
-    if response.status_code == 429:
-        return Retryable(message, retry_after=parse_retry_after(response.headers))
-    if response.status_code >= 500:
-        return Retryable(message)
-    return ProviderError(message, code="provider_rejected", details={"status": response.status_code})
+def mark_schema_refused(failure: Exception, parameter: re.Pattern[str], invalid: re.Pattern[str]) -> Exception:
+    """Flag a 400 that names the structured-output ``parameter`` (and not an ``invalid`` schema):
+    the endpoint cannot take the native schema, so one downgrade is worth trying."""
+    if (
+        isinstance(failure, ProviderError)
+        and failure.details.get("status") == 400
+        and parameter.search(failure.message)
+        and not invalid.search(failure.message)
+    ):
+        failure.details["schema_refused"] = True
+    return failure
 
 
-def transport_failure(what: str, exc: BaseException, secrets: tuple[str, ...]) -> Retryable:
-    """A connection error or a per-attempt timeout, named by its type (no URL, no headers)."""
-    text = redact(str(exc), secrets)
-    return Retryable(f"{what} could not be reached ({type(exc).__name__}{': ' + text if text else ''})")
+#: per provider module, the endpoints (provider, base URL, model...) that refused the native schema
+_DOWNGRADES: list[set[tuple[str, ...]]] = []
 
 
-def secret_of(value: Any) -> str | None:
-    """The plain text of a ``SecretStr`` (or None), kept out of every repr and message."""
-    if value is None:
-        return None
-    plain = value.get_secret_value() if hasattr(value, "get_secret_value") else str(value)
-    return plain or None
+def downgrade_memo() -> set[tuple[str, ...]]:
+    """A provider module's memo of refusals, forgotten by :func:`reset_native_schema_support`."""
+    memo: set[tuple[str, ...]] = set()
+    _DOWNGRADES.append(memo)
+    return memo
 
 
-def json_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {"Content-Type": "application/json", **headers}
+def reset_native_schema_support() -> None:
+    """Let every provider rediscover native schema support (after an SDK, model or endpoint upgrade)."""
+    for memo in _DOWNGRADES:
+        memo.clear()
+
+
+async def native_first(
+    send: Callable[[Mode], Awaitable[LLMReply]],
+    *,
+    memo: set[tuple[str, ...]],
+    key: tuple[str, ...],
+    fallback: Mode,
+    warning: str,
+    native: bool = True,
+) -> LLMReply:
+    """The reply with the schema sent natively, unless this endpoint refused that parameter before;
+    on a refusal (``schema_refused``) the ``fallback`` mode is used, now and for the rest of the
+    process, and the downgrade is logged once at WARNING. ``native=False``: the fallback only."""
+    if native and key not in memo:
+        try:
+            return await send("native")
+        except ProviderError as exc:
+            if not exc.details.get("schema_refused"):
+                raise
+        log.warning(warning)
+        memo.add(key)
+    return await send(fallback)

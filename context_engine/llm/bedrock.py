@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import re
 import threading
@@ -26,22 +25,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from context_engine.config import LLMConfig
-from context_engine.embeddings.openai_compat import parse_retry_after, redact
 from context_engine.errors import ConfigError, ProviderError
 from context_engine.llm.base import (
-    HttpClientFactory,
     ImageInput,
     LLMClient,
     LLMReply,
     Mode,
-    Retryable,
-    with_retries,
+    downgrade_memo,
+    mark_schema_refused,
+    native_first,
+    schema_instructions,
 )
-from context_engine.llm.openai_compat import schema_instructions
+from context_engine.providers.http import HttpClientFactory
+from context_engine.providers.redact import redact
+from context_engine.providers.retry import RetryableFailure, parse_retry_after, with_retries
+from context_engine.providers.sdk import import_sdk
 
-log = logging.getLogger("context_engine.llm")
-
-INSTALL_HINT = 'pip install "pg-context-engine[bedrock]"'
+_NEEDS = "The bedrock LLM provider needs boto3"
 _SCHEMA_PARAM = re.compile(r"outputConfig|textFormat|json_schema|structured output", re.IGNORECASE)
 _INVALID_SCHEMA = re.compile(r"invalid schema|schema is invalid|invalid json schema", re.IGNORECASE)
 #: error codes another attempt may get past (besides HTTP 429 and 5xx)
@@ -56,20 +56,7 @@ _RETRYABLE_CODES = frozenset(
 )
 _REFUSALS = frozenset({"guardrail_intervened", "content_filtered"})
 
-_tool_only: set[tuple[str, str, str]] = set()
-
-
-def reset_native_schema_support() -> None:
-    """Forget every remembered downgrade to tool use."""
-    _tool_only.clear()
-
-
-def _import_boto3() -> Any:
-    try:
-        import boto3
-    except ImportError as exc:
-        raise ImportError(f"The bedrock LLM provider needs boto3: {INSTALL_HINT}") from exc
-    return boto3
+_tool_only = downgrade_memo()
 
 
 class BedrockLLM(LLMClient):
@@ -80,12 +67,10 @@ class BedrockLLM(LLMClient):
     backoff_base: float = 0.5
 
     def __init__(self, config: LLMConfig, http_client_factory: HttpClientFactory | None = None):
-        boto3 = _import_boto3()
-        import botocore.config
-        import botocore.exceptions
-        import botocore.session
-
-        self._errors = botocore.exceptions
+        boto3 = import_sdk("boto3", needed_by=_NEEDS, extra="bedrock")
+        botocore_config = import_sdk("botocore.config", needed_by=_NEEDS, extra="bedrock")
+        botocore_session = import_sdk("botocore.session", needed_by=_NEEDS, extra="bedrock")
+        self._errors = import_sdk("botocore.exceptions", needed_by=_NEEDS, extra="bedrock")
         self._config = config
         if not config.model:
             raise ConfigError("llm.model is required for provider 'bedrock' (a Bedrock model or inference-profile id).")
@@ -95,12 +80,12 @@ class BedrockLLM(LLMClient):
         self.region = self._session.region_name
         if not self.region:
             raise ConfigError("llm.region is required for provider 'bedrock' (or set AWS_REGION).")
-        self._client_config = botocore.config.Config(
+        self._client_config = botocore_config.Config(
             connect_timeout=config.timeout,
             read_timeout=config.timeout,
             retries={"total_max_attempts": 1, "mode": "standard"},
         )
-        converse = botocore.session.get_session().get_service_model("bedrock-runtime").operation_model("Converse")
+        converse = botocore_session.get_session().get_service_model("bedrock-runtime").operation_model("Converse")
         tool_spec = converse.input_shape.members["toolConfig"].members["tools"].member.members["toolSpec"]
         #: what the installed botocore can send (Converse gained both in botocore 1.43)
         self.native_schema = "outputConfig" in converse.input_shape.members
@@ -140,15 +125,14 @@ class BedrockLLM(LLMClient):
     ) -> LLMReply:
         if schema is None:
             return await self._send(system, messages, None, schema_name, "text")
-        if self.native_schema and self._memo_key not in _tool_only:
-            try:
-                return await self._send(system, messages, schema, schema_name, "native")
-            except ProviderError as exc:
-                if not exc.details.get("schema_refused"):
-                    raise
-            log.warning("llm provider bedrock refused outputConfig; using a forced tool for this model from now on")
-            _tool_only.add(self._memo_key)
-        return await self._send(system, messages, schema, schema_name, "tool" if self.strict_tools else "prompt")
+        return await native_first(
+            lambda mode: self._send(system, messages, schema, schema_name, mode),
+            memo=_tool_only,
+            key=self._memo_key,
+            fallback="tool" if self.strict_tools else "prompt",
+            warning="llm provider bedrock refused outputConfig; using a forced tool for this model from now on",
+            native=self.native_schema,
+        )
 
     def _request(
         self, system: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, name: str, mode: Mode
@@ -218,7 +202,7 @@ class BedrockLLM(LLMClient):
             errors.ReadTimeoutError,
             errors.HTTPClientError,
         ) as exc:  # includes the per-attempt timeout
-            raise Retryable(f"bedrock chat could not be reached ({type(exc).__name__})") from None
+            raise RetryableFailure(f"bedrock chat could not be reached ({type(exc).__name__})") from None
         except errors.ParamValidationError as exc:
             raise ProviderError(
                 redact(f"bedrock chat request was refused by botocore: {exc}", self._secrets)[:400],
@@ -233,11 +217,9 @@ class BedrockLLM(LLMClient):
         text = " ".join(redact(str(error.get("Message") or ""), self._secrets).split())[:300]
         message = f"bedrock chat failed with HTTP {status} ({code})" + (f": {text}" if text else "")
         if status == 429 or status >= 500 or code in _RETRYABLE_CODES:
-            return Retryable(message, retry_after=parse_retry_after(meta.get("HTTPHeaders")))
-        details: dict[str, Any] = {"status": status, "error_code": code}
-        if mode == "native" and status == 400 and _SCHEMA_PARAM.search(text) and not _INVALID_SCHEMA.search(text):
-            details["schema_refused"] = True
-        return ProviderError(message, code="provider_rejected", details=details)
+            return RetryableFailure(message, retry_after=parse_retry_after(meta.get("HTTPHeaders")))
+        failure = ProviderError(message, code="provider_rejected", details={"status": status, "error_code": code})
+        return mark_schema_refused(failure, _SCHEMA_PARAM, _INVALID_SCHEMA) if mode == "native" else failure
 
     def _reply(self, reply: dict[str, Any], mode: Mode) -> LLMReply:
         usage = reply.get("usage") or {}

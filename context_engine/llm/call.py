@@ -11,6 +11,7 @@ from typing import Any
 
 from context_engine.config import LLMConfig
 from context_engine.llm.base import HttpClientFactory, LLMClient, LLMReply
+from context_engine.llm.factory import build_llm
 from context_engine.llm.schema import strict_portable
 
 
@@ -37,8 +38,6 @@ async def call_llm(
     conversation = messages if messages is not None else [{"role": "user", "content": str(user)}]
     schema = strict_portable(response_schema) if response_schema is not None else None
     if isinstance(llm, LLMConfig):
-        from context_engine.llm.factory import build_llm
-
         client = build_llm(llm, http_client_factory)
         try:
             return await client.complete(system=system, messages=conversation, schema=schema, schema_name=schema_name)

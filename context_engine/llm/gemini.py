@@ -13,42 +13,32 @@ remembered per provider, base URL and model for the process.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
 from context_engine.config import LLMConfig
-from context_engine.embeddings.gemini import (
-    GenaiTarget,
-    build_genai_client,
-    credentials_failure,
-    import_genai,
-    read_genai_error,
-    vertex_target,
-)
-from context_engine.embeddings.openai_compat import error_snippet, parse_retry_after, redact
 from context_engine.errors import ConfigError, ProviderError
 from context_engine.llm.base import (
-    ClientHolder,
-    HttpClientFactory,
     ImageInput,
     LLMClient,
     LLMReply,
     Mode,
-    Retryable,
-    secret_of,
-    transport_failure,
-    with_retries,
+    downgrade_memo,
+    mark_schema_refused,
+    native_first,
+    require_api_key,
+    schema_instructions,
 )
-from context_engine.llm.openai_compat import schema_instructions
-
-log = logging.getLogger("context_engine.llm")
+from context_engine.providers.failures import transport_failure
+from context_engine.providers.genai import GenaiTarget, build_genai_client, genai_failure, import_genai, vertex_target
+from context_engine.providers.http import HttpClientFactory, HttpClientHolder
+from context_engine.providers.retry import with_retries
 
 GEMINI_DEFAULT_MODEL = "gemini-2.5-flash"
-PURPOSE = "llm"
+PURPOSE: Final = "llm"
 #: an error that names the structured-output parameter (a downgrade is worth trying)
 _SCHEMA_PARAM = re.compile(
     r"response_?json_?schema|responseJsonSchema|response_?schema|responseSchema|response_?mime_?type"
@@ -59,12 +49,7 @@ _INVALID_SCHEMA = re.compile(r"invalid schema|schema is invalid|invalid json sch
 #: finish reasons that mean the model declined rather than answered
 _REFUSALS = frozenset({"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"})
 
-_prompt_only: set[tuple[str, str, str]] = set()
-
-
-def reset_native_schema_support() -> None:
-    """Forget every remembered downgrade, so the next call sends the schema again."""
-    _prompt_only.clear()
+_prompt_only = downgrade_memo()
 
 
 class GeminiLLM(LLMClient):
@@ -79,20 +64,16 @@ class GeminiLLM(LLMClient):
         self._genai = import_genai()
         self.provider = config.provider
         self._config = config
-        vertex = config.provider == "vertex_ai"
-        api_key = None if vertex else secret_of(config.api_key)
-        if not vertex and not api_key:
-            raise ConfigError("llm.api_key is required for provider 'gemini' (CE_LLM__API_KEY).")
         self.model = config.model or GEMINI_DEFAULT_MODEL
         self._target = (
             vertex_target(config.api_key, config.project, config.location, config.base_url, config.timeout)
-            if vertex
-            else GenaiTarget(False, api_key, None, None, config.base_url, config.timeout)
+            if config.provider == "vertex_ai"
+            else GenaiTarget(False, require_api_key(config), None, None, config.base_url, config.timeout)
         )
         api_key = self._target.api_key
         self._secrets = (api_key,) if api_key else ()
         self._memo_key = (self.provider, config.base_url or "", self.model)
-        self._http = ClientHolder(http_client_factory, PURPOSE, config.timeout)
+        self._http = HttpClientHolder(http_client_factory, PURPOSE, config.timeout)
         self._client: Any = None
 
     def _sdk(self) -> Any:
@@ -110,19 +91,14 @@ class GeminiLLM(LLMClient):
     ) -> LLMReply:
         if schema is None:
             return await self._send(system, messages, None, "text")
-        if self._memo_key not in _prompt_only:
-            try:
-                return await self._send(system, messages, schema, "native")
-            except ProviderError as exc:
-                if not exc.details.get("schema_refused"):
-                    raise
-            log.warning(
-                "llm provider %s refused response_json_schema; using the schema in the prompt for this endpoint "
-                "and model from now on",
-                self.provider,
-            )
-            _prompt_only.add(self._memo_key)
-        return await self._send(system, messages, schema, "prompt")
+        return await native_first(
+            lambda mode: self._send(system, messages, schema, mode),
+            memo=_prompt_only,
+            key=self._memo_key,
+            fallback="prompt",
+            warning=f"llm provider {self.provider} refused response_json_schema; using the schema in the prompt "
+            "for this endpoint and model from now on",
+        )
 
     def _request(self, system: str, messages: list[dict[str, str]], schema: dict[str, Any] | None, mode: Mode) -> Any:
         types = self._genai.types
@@ -175,30 +151,8 @@ class GeminiLLM(LLMClient):
         return self._reply(response, mode)
 
     def _failure(self, what: str, exc: Exception, mode: Mode) -> Exception:
-        failure = read_genai_error(exc)
-        if failure is None:
-            auth = credentials_failure(self.provider, exc, Retryable)
-            if auth is not None:
-                return auth
-            return ProviderError(
-                redact(f"{what} failed ({type(exc).__name__}: {exc})", self._secrets)[:400],
-                code="provider_unavailable",
-            )
-        snippet = error_snippet(failure.body, self._secrets)
-        message = f"{what} failed with HTTP {failure.status}" + (f": {snippet}" if snippet else "")
-        if failure.status == 429:
-            return Retryable(message, retry_after=parse_retry_after(failure.headers))
-        if failure.status >= 500:
-            return Retryable(message)
-        details: dict[str, Any] = {"status": failure.status}
-        if (
-            mode == "native"
-            and failure.status == 400
-            and _SCHEMA_PARAM.search(snippet)
-            and not _INVALID_SCHEMA.search(snippet)
-        ):
-            details["schema_refused"] = True
-        return ProviderError(message, code="provider_rejected", details=details)
+        failure = genai_failure(self.provider, what, exc, self._secrets)
+        return mark_schema_refused(failure, _SCHEMA_PARAM, _INVALID_SCHEMA) if mode == "native" else failure
 
     def _reply(self, response: Any, mode: Mode) -> LLMReply:
         usage = getattr(response, "usage_metadata", None)

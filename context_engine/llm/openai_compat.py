@@ -14,56 +14,39 @@ paid once. :func:`reset_native_schema_support` forgets it (after an endpoint upg
 
 from __future__ import annotations
 
-import json
-import logging
 import re
 from collections.abc import Sequence
-from typing import Any
-from urllib.parse import quote
+from typing import Any, Final
 
 import httpx
 
 from context_engine.config import LLMConfig
-from context_engine.embeddings.openai_compat import error_snippet
 from context_engine.errors import ConfigError, ProviderError
 from context_engine.llm.base import (
-    ClientHolder,
-    HttpClientFactory,
     ImageInput,
     LLMClient,
     LLMReply,
-    secret_of,
-    status_failure,
-    transport_failure,
-    with_retries,
+    Mode,
+    downgrade_memo,
+    mark_schema_refused,
+    native_first,
 )
+from context_engine.llm.base import schema_instructions as schema_instructions  # its former home
+from context_engine.providers.failures import status_failure, transport_failure
+from context_engine.providers.http import HttpClientFactory, HttpClientHolder
+from context_engine.providers.openai_wire import OPENAI_DEFAULT_BASE_URL, auth_headers, azure_deployment_url
+from context_engine.providers.redact import secret_of
+from context_engine.providers.retry import with_retries
 
-log = logging.getLogger("context_engine.llm")
-
-OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_DEFAULT_MODEL = "gpt-4o-mini"
-AZURE_DEFAULT_API_VERSION = "2024-10-21"
-PURPOSE = "llm"
+PURPOSE: Final = "llm"
 
 #: an error that names the structured-output parameter (a downgrade is worth trying)
 _SCHEMA_PARAM = re.compile(r"response_format|json_schema|structured output", re.IGNORECASE)
 #: ... unless it says the schema itself is wrong: that is a bug to fix, not to work around
 _INVALID_SCHEMA = re.compile(r"invalid schema|schema is invalid|invalid_json_schema", re.IGNORECASE)
 
-_prompt_only: set[tuple[str, str, str]] = set()
-
-
-def reset_native_schema_support() -> None:
-    """Forget every remembered downgrade, so the next call tries the native schema again."""
-    _prompt_only.clear()
-
-
-def schema_instructions(schema: dict[str, Any]) -> str:
-    """How the schema is asked for in words when the endpoint cannot enforce it."""
-    return (
-        "\n\nReply with a single JSON object and nothing else (no prose, no code fence). "
-        "It must validate against this JSON Schema:\n" + json.dumps(schema, separators=(",", ":"))
-    )
+_prompt_only = downgrade_memo()
 
 
 class OpenAICompatibleLLM(LLMClient):
@@ -91,9 +74,8 @@ class OpenAICompatibleLLM(LLMClient):
                     "and llm.deployment."
                 )
             self.model = config.model or config.deployment
-            deployment = quote(config.deployment, safe="")
-            self._url = f"{config.base_url.rstrip('/')}/openai/deployments/{deployment}/chat/completions"
-            self._params = {"api-version": config.api_version or AZURE_DEFAULT_API_VERSION}
+            self._url, self._params = azure_deployment_url(config.base_url, config.deployment, "chat/completions",
+                                                           config.api_version)  # fmt: skip
         else:
             if not config.base_url or not config.model:
                 raise ConfigError(
@@ -103,14 +85,10 @@ class OpenAICompatibleLLM(LLMClient):
             self._url = f"{config.base_url.rstrip('/')}/chat/completions"
         self._secrets = (self._api_key,) if self._api_key else ()
         self._memo_key = (self.provider, self._url, self.model)
-        self._http = ClientHolder(http_client_factory, PURPOSE, config.timeout)
+        self._http = HttpClientHolder(http_client_factory, PURPOSE, config.timeout)
 
     def _headers(self) -> dict[str, str]:
-        if not self._api_key:
-            return {}
-        if self.provider == "azure_openai":
-            return {"api-key": self._api_key}
-        return {"Authorization": f"Bearer {self._api_key}"}
+        return auth_headers(self.provider, self._api_key)
 
     def _payload(
         self, system: str, messages: list[dict[str, Any]], schema: dict[str, Any] | None, name: str, native: bool
@@ -141,19 +119,20 @@ class OpenAICompatibleLLM(LLMClient):
         schema: dict[str, Any] | None = None,
         schema_name: str = "reply",
     ) -> LLMReply:
-        native = schema is not None and self._memo_key not in _prompt_only
-        try:
-            return await self._send(system, messages, schema, schema_name, native)
-        except ProviderError as exc:
-            if not (native and exc.details.get("schema_refused")):
-                raise
-        log.warning(
-            "llm provider %s refused the json_schema response format; using json_object with the schema "
-            "in the prompt for this endpoint from now on",
-            self.provider,
+        if schema is None:
+            return await self._send(system, messages, None, schema_name, False)
+
+        def send(mode: Mode) -> Any:
+            return self._send(system, messages, schema, schema_name, mode == "native")
+
+        return await native_first(
+            send,
+            memo=_prompt_only,
+            key=self._memo_key,
+            fallback="prompt",
+            warning=f"llm provider {self.provider} refused the json_schema response format; using json_object "
+            "with the schema in the prompt for this endpoint from now on",
         )
-        _prompt_only.add(self._memo_key)
-        return await self._send(system, messages, schema, schema_name, False)
 
     async def complete_with_images(self, *, system: str, prompt: str, images: Sequence[ImageInput]) -> LLMReply:
         """Images as ``image_url`` parts holding ``data:`` URLs, then the prompt, in one user message."""
@@ -182,16 +161,9 @@ class OpenAICompatibleLLM(LLMClient):
             except httpx.TransportError as exc:  # includes every per-attempt timeout
                 raise transport_failure(what, exc, self._secrets) from exc
             if response.status_code >= 300:
-                failure = status_failure(what, response, self._secrets)
-                if (
-                    native
-                    and response.status_code == 400
-                    and isinstance(failure, ProviderError)
-                    and _SCHEMA_PARAM.search(text := error_snippet(response.content, self._secrets))
-                    and not _INVALID_SCHEMA.search(text)
-                ):
-                    failure.details["schema_refused"] = True
-                raise failure
+                failure = status_failure(what, response.status_code, response.content, response.headers,
+                                         secrets=self._secrets)  # fmt: skip
+                raise mark_schema_refused(failure, _SCHEMA_PARAM, _INVALID_SCHEMA) if native else failure
             return response
 
         response = await with_retries(

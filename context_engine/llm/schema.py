@@ -76,16 +76,25 @@ def lint_unenforced(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _lint(node: Any, where: str, defs: dict[str, Any]) -> None:
+def _check_keywords(node: Any, where: str, outside: str) -> None:
+    """``node`` is a schema object using only keywords the validator implements (else: ``outside``)."""
     if not isinstance(node, dict):
         raise SchemaError(f"{where}: a schema must be a JSON object")
     unknown = set(node) - _ALLOWED
     if unknown:
-        raise SchemaError(f"{where}: {sorted(unknown)[0]!r} is not a keyword the reply validator implements")
+        raise SchemaError(f"{where}: {sorted(unknown)[0]!r} {outside}")
+
+
+def _check_ref(ref: Any, where: str, defs: dict[str, Any]) -> str:
+    if not isinstance(ref, str) or not ref.startswith("#/$defs/") or ref[8:] not in defs:
+        raise SchemaError(f"{where}: $ref must point into the root $defs")
+    return ref
+
+
+def _lint(node: Any, where: str, defs: dict[str, Any]) -> None:
+    _check_keywords(node, where, "is not a keyword the reply validator implements")
     if "$ref" in node:
-        ref = node["$ref"]
-        if not isinstance(ref, str) or not ref.startswith("#/$defs/") or ref[8:] not in defs:
-            raise SchemaError(f"{where}: $ref must point into the root $defs")
+        _check_ref(node["$ref"], where, defs)
         return
     if "type" in node:
         types = node["type"]
@@ -112,17 +121,11 @@ def _lint(node: Any, where: str, defs: dict[str, Any]) -> None:
 
 
 def _normalise(node: Any, where: str, defs: dict[str, Any], refs: tuple[str, ...]) -> None:
-    if not isinstance(node, dict):
-        raise SchemaError(f"{where}: a schema must be a JSON object")
-    unknown = set(node) - _ALLOWED
-    if unknown:
-        raise SchemaError(f"{where}: {sorted(unknown)[0]!r} is outside the portable schema subset")
+    _check_keywords(node, where, "is outside the portable schema subset")
     if "$ref" in node:
-        ref = node["$ref"]
         if len(node) > 1 and set(node) - {"$ref", "description", "title"}:
             raise SchemaError(f"{where}: $ref cannot be combined with other keywords")
-        if not isinstance(ref, str) or not ref.startswith("#/$defs/") or ref[8:] not in defs:
-            raise SchemaError(f"{where}: $ref must point into the root $defs")
+        ref = _check_ref(node["$ref"], where, defs)
         if ref in refs:
             raise SchemaError(f"{where}: recursive schemas are outside the portable subset")
         _normalise(defs[ref[8:]], ref, defs, (*refs, ref))

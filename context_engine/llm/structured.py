@@ -26,6 +26,7 @@ from context_engine.config import LLMConfig
 from context_engine.errors import ContextEngineError, ProviderError
 from context_engine.hooks import ErrorEvent, Hooks
 from context_engine.llm.base import HttpClientFactory, LLMClient, Mode
+from context_engine.llm.factory import build_llm
 from context_engine.llm.schema import lint_unenforced, strict_portable, validate
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
@@ -136,8 +137,6 @@ async def structured_call(
     checked = strict_portable(schema) if enforce else lint_unenforced(schema)
     call = _Call(schema_name, enforce, hooks or Hooks(), max_reasks)
     if isinstance(llm, LLMConfig):
-        from context_engine.llm.factory import build_llm
-
         client = build_llm(llm, http_client_factory)
         try:
             return await call.run(client, system, user, checked)

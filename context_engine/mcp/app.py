@@ -15,7 +15,8 @@ import contextvars
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -24,9 +25,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from context_engine.errors import ContextEngineError
 from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner
 from context_engine.knowledge.tool.definition import MCP_SCOPE_SENTENCE, TOOL_NAME, deployment_definition
 from context_engine.knowledge.tool.dispatch import run_knowledge_tool
+from context_engine.tools import kinds
 
 if TYPE_CHECKING:
     from context_engine.engine import ContextEngine
@@ -69,86 +72,163 @@ SEARCH_TOOLS = "search_tools"
 EXECUTE_TOOL = "execute_tool"
 
 
-def _gateway_tools() -> list[types.Tool]:
-    """``search_tools`` and ``execute_tool``: the caller's visible tools, and one governed call."""
-    return [
-        types.Tool(
-            name=SEARCH_TOOLS,
-            description=(
-                "Find the tools you may call. Every filter narrows the list; a query also ranks it. "
-                "Pass next_cursor back as cursor, with the same query and filters, for the next page."
-            ),
-            input_schema={
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "maxLength": 500},
-                    "kind": {"type": "string", "enum": ["http", "db", "mcp", "function"]},
-                    "name_contains": {"type": "string", "maxLength": 200},
-                    "requires_approval": {"type": "boolean"},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-                    "cursor": {"type": "string", "maxLength": 2000},
-                },
-                "additionalProperties": False,
-            },
-            annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+@dataclass(frozen=True)
+class HostValues:
+    """What the host's resolvers gave for one call: who calls, the ceiling, redaction, approvals."""
+
+    caller: Any
+    ceiling: Any
+    policy: Any
+    key: Any
+    approval_scope: Any
+
+
+#: answers one call of a served tool: the engine, the host's values and the model's arguments
+Answer = Callable[["ContextEngine", HostValues, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ServedTool:
+    """One tool the app serves: its listing (built per ``tools/list``) and what answers its calls."""
+
+    name: str
+    listing: Callable[[], Awaitable[types.Tool]]
+    answer: Answer
+
+
+def _search_tools_listing() -> types.Tool:
+    return types.Tool(
+        name=SEARCH_TOOLS,
+        description=(
+            "Find the tools you may call. Every filter narrows the list; a query also ranks it. "
+            "Pass next_cursor back as cursor, with the same query and filters, for the next page."
         ),
-        types.Tool(
-            name=EXECUTE_TOOL,
-            description=(
-                "Call one tool by the name search_tools listed, with its arguments. A tool that needs a "
-                "person's approval answers approval_required with an approval_id: tell the user, then call "
-                "again with the same arguments once it is approved. When two tools share a name, pass tool_id."
-            ),
-            input_schema={
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "arguments": {"type": "object"},
-                    "tool_id": {"type": "string", "maxLength": 100},
-                    "response_mode": {"type": "string", "enum": ["json", "tsv"]},
-                },
-                "required": ["name"],
-                "additionalProperties": False,
+        input_schema={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "maxLength": 500},
+                "kind": kinds.filter_schema(),
+                "name_contains": {"type": "string", "maxLength": 200},
+                "requires_approval": {"type": "boolean"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+                "cursor": {"type": "string", "maxLength": 2000},
             },
-            annotations=types.ToolAnnotations(read_only_hint=False, open_world_hint=True),
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+
+
+def _execute_tool_listing() -> types.Tool:
+    return types.Tool(
+        name=EXECUTE_TOOL,
+        description=(
+            "Call one tool by the name search_tools listed, with its arguments. A tool that needs a "
+            "person's approval answers approval_required with an approval_id: tell the user, then call "
+            "again with the same arguments once it is approved. When two tools share a name, pass tool_id."
         ),
-    ]
+        input_schema={
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                "arguments": {"type": "object"},
+                "tool_id": {"type": "string", "maxLength": 100},
+                "response_mode": {"type": "string", "enum": ["json", "tsv"]},
+            },
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(read_only_hint=False, open_world_hint=True),
+    )
 
 
-async def _gateway_call(engine: ContextEngine, name: str, args: dict[str, Any], caller: Any, scope: Any) -> Any:
-    """One ``search_tools`` / ``execute_tool`` call; a refusal is ``success: false`` with its stable code."""
-    from context_engine.errors import ContextEngineError
+def _governed(listing: Callable[[], types.Tool], run: Answer) -> tuple[Callable[[], Awaitable[types.Tool]], Answer]:
+    """A governed-tools answer: arguments outside its schema refused by name, and a refusal sent as
+    ``success: false`` with its stable code."""
 
-    known = {
-        SEARCH_TOOLS: {"query", "kind", "name_contains", "requires_approval", "limit", "cursor"},
-        EXECUTE_TOOL: {"name", "arguments", "tool_id", "response_mode"},
-    }[name]
-    if set(args) - known:
-        unknown = ", ".join(sorted(set(args) - known))
-        return {"success": False, "error": {"code": "invalid_request", "message": f"unknown arguments: {unknown}"}}
-    try:
-        if name == SEARCH_TOOLS:
-            page = await engine.search_tools(
-                args.get("query") or "",
-                principals=caller,
-                kind=args.get("kind"),
-                name_contains=args.get("name_contains"),
-                requires_approval=args.get("requires_approval"),
-                limit=args.get("limit", 20),
-                cursor=args.get("cursor"),
+    async def listed() -> types.Tool:
+        return listing()
+
+    async def answer(engine: ContextEngine, host: HostValues, args: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(args) - set(listing().input_schema["properties"]))
+        if unknown:
+            message = f"unknown arguments: {', '.join(unknown)}"
+            return {"success": False, "error": {"code": "invalid_request", "message": message}}
+        try:
+            return await run(engine, host, args)
+        except ContextEngineError as exc:
+            return {"success": False, "error": {"code": exc.code, "message": exc.message}}
+
+    return listed, answer
+
+
+async def _search_tools(engine: ContextEngine, host: HostValues, args: dict[str, Any]) -> dict[str, Any]:
+    page = await engine.search_tools(
+        args.get("query") or "",
+        principals=host.caller,
+        kind=args.get("kind"),
+        name_contains=args.get("name_contains"),
+        requires_approval=args.get("requires_approval"),
+        limit=args.get("limit", 20),
+        cursor=args.get("cursor"),
+    )
+    return {"success": True, "tools": list(page), "next_cursor": getattr(page, "next_cursor", None)}
+
+
+async def _execute_tool(engine: ContextEngine, host: HostValues, args: dict[str, Any]) -> dict[str, Any]:
+    answer = await engine.execute_tool(
+        args.get("name"),  # type: ignore[arg-type]
+        args.get("arguments"),
+        principals=host.caller,
+        tool_id=args.get("tool_id"),
+        approval_scope=host.approval_scope,
+        response_mode=args.get("response_mode"),
+    )
+    return {"success": "approval_required" not in answer, **answer}
+
+
+def _knowledge_tool(
+    engine: ContextEngine, compute: ComputeRunner | None, map_reduce: MapReduceRunner | None
+) -> ServedTool:
+    """``search_knowledge_base``: listed with this deployment's OFF marks, answered by the one dispatch."""
+
+    async def listing() -> types.Tool:
+        return _tool(await deployment_definition(engine, compute=compute, map_reduce=map_reduce))
+
+    async def answer(engine: ContextEngine, host: HostValues, args: dict[str, Any]) -> dict[str, Any]:
+        action = args.pop("action", None)
+        try:
+            return await run_knowledge_tool(
+                engine,
+                action=action,
+                principals=host.caller,
+                scope=host.ceiling,
+                redaction=host.policy,
+                secret_key=host.key,
+                compute=compute,
+                map_reduce=map_reduce,
+                model_args=args,
             )
-            return {"success": True, "tools": list(page), "next_cursor": getattr(page, "next_cursor", None)}
-        answer = await engine.execute_tool(
-            args.get("name"),  # type: ignore[arg-type]
-            args.get("arguments"),
-            principals=caller,
-            tool_id=args.get("tool_id"),
-            approval_scope=scope,
-            response_mode=args.get("response_mode"),
-        )
-        return {"success": "approval_required" not in answer, **answer}
-    except ContextEngineError as exc:
-        return {"success": False, "error": {"code": exc.code, "message": exc.message}}
+        except (TypeError, ValueError):
+            log.exception("knowledge tool over MCP: the host passed an unusable value")
+            return {"success": False, "error": HOST_ERROR}
+        except Exception:
+            log.exception("knowledge tool over MCP: %s failed", action)
+            return {"success": False, "error": "the knowledge tool failed unexpectedly; try again shortly."}
+
+    return ServedTool(TOOL_NAME, listing, answer)
+
+
+def served_tools(
+    engine: ContextEngine, compute: ComputeRunner | None = None, map_reduce: MapReduceRunner | None = None
+) -> dict[str, ServedTool]:
+    """Every tool the app serves, by name, in listing order: the knowledge tool, then the governed pair."""
+    tools = [
+        _knowledge_tool(engine, compute, map_reduce),
+        ServedTool(SEARCH_TOOLS, *_governed(_search_tools_listing, _search_tools)),
+        ServedTool(EXECUTE_TOOL, *_governed(_execute_tool_listing, _execute_tool)),
+    ]
+    return {tool.name: tool for tool in tools}
 
 
 def _result(answer: dict[str, Any]) -> types.CallToolResult:
@@ -279,52 +359,34 @@ def create_mcp_app(
     tool argument) is the scope an approval is granted in.
     """
 
+    served = served_tools(engine, compute, map_reduce)
+
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
-        definition = await deployment_definition(engine, compute=compute, map_reduce=map_reduce)
-        return types.ListToolsResult(tools=[_tool(definition), *_gateway_tools()])
+        return types.ListToolsResult(tools=[await tool.listing() for tool in served.values()])
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
-        if params.name not in (TOOL_NAME, SEARCH_TOOLS, EXECUTE_TOOL):
+        tool = served.get(params.name)
+        if tool is None:
             return _result({"success": False, "error": f"unknown tool {params.name!r}; call {TOOL_NAME}."})
         token = _request.set(ctx.request if isinstance(ctx.request, Request) else None)
         try:
-            caller = await _resolve(principals)
-            ceiling = await _resolve(scope)
-            policy = await _resolve(redaction)
-            key = await _resolve(secret_key)
-            approvals_in = await _resolve(approval_scope)
+            host = HostValues(
+                caller=await _resolve(principals),
+                ceiling=await _resolve(scope),
+                policy=await _resolve(redaction),
+                key=await _resolve(secret_key),
+                approval_scope=await _resolve(approval_scope),
+            )
         except Exception:
             log.exception("knowledge tool over MCP: a host resolver raised")
             return _result({"success": False, "error": HOST_ERROR})
         finally:
             _request.reset(token)
-        if caller is None or ceiling is None:
-            missing = "principals" if caller is None else "scope"
+        if host.caller is None or host.ceiling is None:
+            missing = "principals" if host.caller is None else "scope"
             log.error("knowledge tool over MCP: the host's %s resolver returned None", missing)
             return _result({"success": False, "error": HOST_ERROR})
-        args = dict(params.arguments or {})
-        if params.name != TOOL_NAME:
-            return _result(await _gateway_call(engine, params.name, args, caller, approvals_in))
-        action = args.pop("action", None)
-        try:
-            answer = await run_knowledge_tool(
-                engine,
-                action=action,
-                principals=caller,
-                scope=ceiling,
-                redaction=policy,
-                secret_key=key,
-                compute=compute,
-                map_reduce=map_reduce,
-                model_args=args,
-            )
-        except (TypeError, ValueError):
-            log.exception("knowledge tool over MCP: the host passed an unusable value")
-            answer = {"success": False, "error": HOST_ERROR}
-        except Exception:
-            log.exception("knowledge tool over MCP: %s failed", action)
-            answer = {"success": False, "error": "the knowledge tool failed unexpectedly; try again shortly."}
-        return _result(answer)
+        return _result(await tool.answer(engine, host, dict(params.arguments or {})))
 
     server: Server[Any] = Server("context-engine", on_list_tools=list_tools, on_call_tool=call_tool)
     return KnowledgeMcpApp(server, allowed_hosts)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from context_engine.config import ContextEngineConfig
 from context_engine.errors import ConfigError
-from context_engine.llm.base import HttpClientFactory, LLMClient
+from context_engine.llm.base import LLMClient
+from context_engine.llm.factory import build_llm
+from context_engine.providers.http import HttpClientFactory
 from context_engine.rerank.base import Reranker
+from context_engine.rerank.http import HttpReranker
+from context_engine.rerank.llm_judge import LLMJudgeReranker
 
 
 def build_reranker(
@@ -21,10 +25,5 @@ def build_reranker(
             if rerank is not None:
                 raise ConfigError("rerank.provider 'llm' needs the llm section (CE_LLM__PROVIDER, ...).")
             return None
-        from context_engine.llm.factory import build_llm
-        from context_engine.rerank.llm_judge import LLMJudgeReranker
-
         return LLMJudgeReranker(llm or build_llm(config.llm, http_client_factory))
-    from context_engine.rerank.http import HttpReranker
-
     return HttpReranker(rerank, http_client_factory)

@@ -8,23 +8,19 @@ per-attempt timeout and their error redaction identical. Every request goes thro
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
 from context_engine.config import RerankConfig
 from context_engine.errors import ConfigError, ProviderError
-from context_engine.llm.base import (
-    ClientHolder,
-    HttpClientFactory,
-    secret_of,
-    status_failure,
-    transport_failure,
-    with_retries,
-)
+from context_engine.providers.failures import status_failure, transport_failure
+from context_engine.providers.http import HttpClientFactory, HttpClientHolder
+from context_engine.providers.redact import secret_of
+from context_engine.providers.retry import with_retries
 from context_engine.rerank.base import Reranker, RerankResult
 
-PURPOSE = "reranker"
+PURPOSE: Final = "reranker"
 
 #: provider -> (default base URL, path, default model, name of the "how many" field, results key)
 _APIS: dict[str, tuple[str, str, str, str, str]] = {
@@ -51,7 +47,7 @@ class HttpReranker(Reranker):
         self._url = (config.base_url or base).rstrip("/") + path
         self._config = config
         self._secrets = (self._api_key,) if self._api_key else ()
-        self._http = ClientHolder(http_client_factory, PURPOSE, config.timeout)
+        self._http = HttpClientHolder(http_client_factory, PURPOSE, config.timeout)
 
     def _payload(self, query: str, passages: list[str]) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": self.model, "query": query, "documents": passages}
@@ -76,7 +72,8 @@ class HttpReranker(Reranker):
             except httpx.TransportError as exc:
                 raise transport_failure(what, exc, self._secrets) from exc
             if response.status_code >= 300:
-                raise status_failure(what, response, self._secrets)
+                raise status_failure(what, response.status_code, response.content, response.headers,
+                                     secrets=self._secrets)  # fmt: skip
             return response
 
         response = await with_retries(

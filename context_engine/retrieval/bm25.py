@@ -44,6 +44,13 @@ BOUND_DEPTH = 16
 #: direct pass does less work (SciFact, limit 200: 20 ms direct against 24 ms bounded at the median).
 DIRECT_FACTOR = 2.0
 
+#: the direct pass over the postings table (migration 0020) is taken up to this many postings (summed
+#: document frequencies the caller may see), whatever the depth: it reads about a microsecond's work
+#: per posting where the bounded and gated passes read each candidate's ``tsvector``. On SciFact
+#: (limit 200, 100 claims, load about 10) taking it for every query instead of only within
+#: :data:`DIRECT_FACTOR` moved the leg's p95 from 203 to 61 ms, the same answers (benchmarks/README.md).
+POSTINGS_DIRECT = 40_000
+
 #: how :func:`rank` may find the top rows; the first is the default.
 STRATEGIES = ("pruned", "bounded", "full")
 
@@ -82,6 +89,7 @@ async def rank(
     visible_first_share: float | None = None,
     direct_factor: float | None = None,
     kept_bounds: bool = True,
+    postings: bool = True,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best chunks by BM25, ``(id, score)`` best first: the same rows and order as
     scoring every candidate, with most of the per-chunk work skipped.
@@ -99,7 +107,11 @@ async def rank(
       score, nothing left out can enter the top ``limit``; otherwise every candidate is scored.
     * ``direct`` (taken by ``bounded`` and ``pruned`` when the query's postings are at most
       ``direct_factor``, by default :data:`DIRECT_FACTOR`, times the rows the bounded pass would
-      score): every candidate is scored, as bounding them first would cost more than it saves.
+      score, or, over the postings table, at most :data:`POSTINGS_DIRECT` unless ``direct_factor``
+      is given): every candidate is scored, as bounding them first would cost more than it saves.
+      With ``postings`` (the default) and the caller's candidates read from the postings, the
+      scores come from the postings table (migration 0020, see :func:`_postings_sql`), and only the
+      best-scored chunks are read; otherwise from each candidate's ``tsvector``.
     * ``pruned`` (the default; the ``bounded`` pass when the query's postings total less than
       ``prune_from``, by default :data:`PRUNE_FROM`): first a floor, the ``limit``-th exact score
       among chunks holding the rarest terms (any ``limit`` candidates' scores give a floor under the true ``limit``-th
@@ -134,8 +146,10 @@ async def rank(
     if as_of is None:
         # one round trip for the common case: the weights, and the direct pass when they call for it
         params["bm25_share"] = float(share)
-        params["bm25_cap"] = float("inf") if strategy == "full" else float(direct_cap)
-        statement = _weights_then_direct_sql(terms, stats_scope, params, tsquery, chunk_predicate)
+        by_postings = postings and strategy != "full"
+        cap = max(direct_cap, POSTINGS_DIRECT) if by_postings and direct_factor is None else direct_cap
+        params["bm25_cap"] = float("inf") if strategy == "full" else float(cap)
+        statement = _weights_then_direct_sql(terms, stats_scope, params, tsquery, chunk_predicate, postings=by_postings)
         found = (await conn.execute(text(statement), params)).all()
         weights = [r[1:9] for r in found if r[0] == 0]
         if weights and found[0][9]:  # the direct pass ran: its rows are the answer
@@ -153,8 +167,8 @@ async def rank(
     params["bm25_idf"] = [float(w[1]) for w in weights]
     params["bm25_avgdl"] = float(weights[0][2])
     chunks = Candidates(chunk_predicate, float(weights[0][4]) <= share * float(weights[0][5]))
-    postings = sum(float(w[3]) for w in weights)
-    direct = strategy != "full" and postings <= direct_cap
+    total_postings = sum(float(w[3]) for w in weights)
+    direct = strategy != "full" and total_postings <= direct_cap
     if strategy == "full" or direct:
         rows = (await conn.execute(text(_full_sql(tsquery, chunks)), params)).all()
         if report is not None:
@@ -170,7 +184,8 @@ async def rank(
         bounds.append(f"CASE WHEN c.tsv @@ CAST(:bm25_t{i} AS tsquery) THEN CAST(:bm25_u{i} AS float8) ELSE 0 END")
     bound_sql = " + ".join(bounds)
     gate = None
-    if strategy == "pruned" and len(weights) > 1 and postings >= (PRUNE_FROM if prune_from is None else prune_from):
+    prune_at = PRUNE_FROM if prune_from is None else prune_from
+    if strategy == "pruned" and len(weights) > 1 and total_postings >= prune_at:
         floor = await _floor(conn, tsquery, chunks, bound_sql, params, weights, term_bounds, limit)
         if floor > 0:
             gate = bm25_gate.reaching(list(zip(params["bm25_lex"], term_bounds, strict=True)), floor)
@@ -276,7 +291,13 @@ async def _floor(
 
 
 def _weights_then_direct_sql(
-    terms: str, stats_scope: dict[str, Any], params: dict[str, Any], tsquery: str, chunk_predicate: str
+    terms: str,
+    stats_scope: dict[str, Any],
+    params: dict[str, Any],
+    tsquery: str,
+    chunk_predicate: str,
+    *,
+    postings: bool = True,
 ) -> str:
     """The weights (rows ``(0, lexeme, idf, avgdl, df, n, n_all, NULL, ...)``) and, in the same
     statement, the direct pass (rows ``(1, NULL x 6, id, score, candidates)``, the ``limit`` best)
@@ -288,6 +309,24 @@ def _weights_then_direct_sql(
     weights = _weights_sql(terms, stats_scope, params).removeprefix("WITH ")
     cut = weights.rindex(" ORDER BY qt.lexeme")
     ctes, body = weights[:cut].split(" SELECT qt.lexeme", 1)
+    head = (
+        f"WITH {ctes}, w AS MATERIALIZED (SELECT qt.lexeme{body}), "
+        "k AS MATERIALIZED (SELECT array_agg(w.lexeme) AS lex, max(w.avgdl) AS avgdl FROM w), "
+        "dec AS MATERIALIZED (SELECT coalesce(sum(w.df), 0) <= :bm25_cap AND NOT coalesce(bool_or(w.n <= "
+        ":bm25_share * w.n_all), FALSE) AND count(*) > 0 AS go FROM w), "
+        f"q AS MATERIALIZED (SELECT {tsquery} AS q), "
+    )
+    weight_rows = (
+        "(SELECT 0, w.lexeme, w.idf, w.avgdl, w.df, w.n, w.n_all, w.max_tf, w.min_len, (SELECT go FROM dec), "
+        "NULL::bigint, NULL::float8, NULL::bigint FROM w ORDER BY w.lexeme) UNION ALL "
+    )
+    if postings:
+        restricted = stats_scope.get("principals") is not None or stats_scope.get("source_ids") is not None
+        walked = (
+            "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, o.id, o.r, (SELECT count(*) FROM s) "
+            "FROM o ORDER BY o.r DESC, o.id)"
+        )
+        return f"{head}{_postings_sql(chunk_predicate, visible_groups=restricted)} {weight_rows}{walked}"
     scored = _SCORE.format(
         source="ce_chunks c CROSS JOIN q CROSS JOIN k",
         where=f"WHERE c.tsv @@ q.q AND {chunk_predicate} AND (SELECT go FROM dec)",
@@ -296,15 +335,33 @@ def _weights_then_direct_sql(
         avgdl="k.avgdl",
     )
     return (
-        f"WITH {ctes}, w AS MATERIALIZED (SELECT qt.lexeme{body}), "
-        "k AS MATERIALIZED (SELECT array_agg(w.lexeme) AS lex, max(w.avgdl) AS avgdl FROM w), "
-        "dec AS MATERIALIZED (SELECT coalesce(sum(w.df), 0) <= :bm25_cap AND NOT coalesce(bool_or(w.n <= "
-        ":bm25_share * w.n_all), FALSE) AND count(*) > 0 AS go FROM w), "
-        f"q AS MATERIALIZED (SELECT {tsquery} AS q), s AS ({scored}) "
-        "(SELECT 0, w.lexeme, w.idf, w.avgdl, w.df, w.n, w.n_all, w.max_tf, w.min_len, (SELECT go FROM dec), "
-        "NULL::bigint, NULL::float8, NULL::bigint FROM w ORDER BY w.lexeme) "
-        "UNION ALL (SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.id, s.r, count(*) OVER () "
+        f"{head}s AS ({scored}) {weight_rows}"
+        "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.id, s.r, count(*) OVER () "
         "FROM s ORDER BY s.r DESC, s.id LIMIT :limit)"
+    )
+
+
+def _postings_sql(chunk_predicate: str, *, visible_groups: bool) -> str:
+    """The direct pass over the postings (migration 0020), as CTEs ``s`` (every chunk holding a query
+    term in a group the caller may see, with its score) and ``o`` (the ``limit`` best of them that
+    match the tsquery and the caller's predicate), after the weights' CTEs ``w``, ``vis``, ``dec``, ``q``.
+
+    A chunk's term frequencies and length come from the postings' key (an index-only range per
+    term), not from its ``tsvector``. The scored chunks are then walked best first and each is tested
+    against its own row (the tsquery, which may hold phrases or negations, and the whole predicate)
+    until ``limit`` pass: the ``OFFSET 0`` keeps the test above the sort, so rows below the answer
+    are never read. The score is :data:`_SCORE`'s expression over the same idf and average length.
+    """
+    groups = "JOIN vis ON vis.group_id = p.group_id " if visible_groups else ""
+    return (
+        "s AS MATERIALIZED (SELECT p.chunk_id AS id, sum(w.idf * p.tf * (:bm25_k1 + 1) / (p.tf + :bm25_k1 * "
+        "(1 - :bm25_b + :bm25_b * p.tokens / w.avgdl))) AS r "
+        f"FROM w JOIN ce_bm25_postings p ON p.lexeme = w.lexeme {groups}"
+        "WHERE (SELECT go FROM dec) GROUP BY p.chunk_id), "
+        "o AS (SELECT b.id, b.r FROM (SELECT s.id, s.r FROM s ORDER BY s.r DESC, s.id OFFSET 0) b "
+        "WHERE (SELECT TRUE FROM ce_chunks c WHERE c.id = b.id AND c.tsv @@ (SELECT q.q FROM q) "
+        f"AND {chunk_predicate}) "
+        "ORDER BY b.r DESC, b.id LIMIT :limit)"
     )
 
 

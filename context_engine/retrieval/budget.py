@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from context_engine.embeddings.tokens import head_tokens
 from context_engine.models import Hit
 
 #: a hit is never cut below this many tokens; below it the hit is dropped instead
@@ -40,7 +41,7 @@ def compress(hits: list[Hit], budget: int, count_tokens: Callable[[str], int]) -
                 sizes.pop(longest)
                 dropped += 1
                 continue
-        text = _head(kept[longest].chunk_text, target, count_tokens)
+        text = head_tokens(kept[longest].chunk_text, target, count_tokens)
         kept[longest] = kept[longest].model_copy(update={"chunk_text": text})
         sizes[longest] = count_tokens(text)
         truncated += 1
@@ -54,16 +55,3 @@ def compress(hits: list[Hit], budget: int, count_tokens: Callable[[str], int]) -
         "hits_truncated": truncated,
     }
     return kept, report
-
-
-def _head(text: str, tokens: int, count_tokens: Callable[[str], int]) -> str:
-    """The longest whole-word prefix of ``text`` within ``tokens`` (binary search on words)."""
-    words = text.split()
-    lo, hi = 0, len(words)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if count_tokens(" ".join(words[:mid])) <= tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    return " ".join(words[:lo])

@@ -45,21 +45,16 @@ def check_type(as_of: Any) -> int | None:
     return as_of
 
 
-async def resolve(db: AsyncEngine, as_of: Any, *, trusted: bool = True) -> int | None:
-    """The revision a read runs at: ``None`` for the current one (also when ``as_of`` names it, so a
-    read pinned to the revision it just recorded keeps the indexed fast path), else ``as_of``.
-
-    The store-wide revision counts every tenant's writes, so only a trusted caller is told it: a
-    non-trusted caller's revision ahead of the current one reads the current store (which is what
-    every revision from the caller's last visible change on shows it) instead of a refusal whose
-    presence, or text, would say how far the store has moved.
+async def resolve(db: AsyncEngine, as_of: Any) -> int | None:
+    """The revision a trusted read runs at: ``None`` for the current one (also when ``as_of`` names
+    it, so a read pinned to the revision it just recorded keeps the indexed fast path), else
+    ``as_of``. A non-trusted caller's revisions are resolved by
+    :func:`context_engine.revisions.view.resolve`, which tells it no store-wide number.
     """
     revision = check_type(as_of)
     if revision is None:
         return None
     current, horizon = await bounds(db)
-    if revision > current and not trusted:
-        return None
     if revision > current:
         raise InvalidRequest(f"as_of {revision} is beyond the current revision {current}")
     if revision < horizon:

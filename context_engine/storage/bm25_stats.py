@@ -25,6 +25,11 @@ KEEP_BOUNDS = (
     "min_len = CASE WHEN t.min_len IS NOT NULL THEN least(t.min_len, EXCLUDED.min_len) END"
 )
 
+#: one posting (migration 0020) of a lexeme ``u`` in a chunk ``c`` of group ``g``, and the upsert that
+#: rewrites it (a chunk counted in twice writes the same row again)
+POSTING = f"u.lexeme, c.id, g.group_id, {_TF}, c.tsv_tokens"
+POSTING_UPDATE = "group_id = EXCLUDED.group_id, tf = EXCLUDED.tf, tokens = EXCLUDED.tokens"
+
 #: the current chunks of the documents listed in ``:bm25_docs`` (with the version each opens in ``:bm25_vs``)
 _DOCS = "unnest(CAST(:bm25_docs AS uuid[]), CAST(:bm25_vs AS integer[])) AS x(id, v)"
 _CURRENT = f"ce_chunks c JOIN {_DOCS} ON c.document_id = x.id WHERE c.valid_to IS NULL"
@@ -39,7 +44,8 @@ async def _shift(
     conn: AsyncConnection, documents: Sequence[str], versions: Sequence[int], weight: str, *, may_fall: bool
 ) -> None:
     """Add ``weight`` (an expression over ``c`` and ``x``) per current chunk of the documents to the
-    statistics: both tables in one statement, then, when any count may have fallen (``may_fall``), the
+    statistics, and write (weight above 0) or remove (below) the chunks' postings: the three tables in
+    one statement, then, when any count may have fallen (``may_fall``), the
     rows that fell to zero removed in a second, so the tables stay the size of the live vocabulary.
 
     Every group the documents' chunks fall in is upserted, even by zero, because its id (new or
@@ -51,13 +57,21 @@ async def _shift(
             f"SELECT c.source_id, c.acl, sum({weight}), sum(({weight}) * c.tsv_tokens) FROM {_CURRENT} "
             "GROUP BY 1, 2 ORDER BY 1, 2 "
             "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
-            "tokens = g.tokens + EXCLUDED.tokens RETURNING g.group_id, g.source_id, g.acl) "
-            "INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df, max_tf, min_len) "
+            "tokens = g.tokens + EXCLUDED.tokens RETURNING g.group_id, g.source_id, g.acl), "
+            "terms AS (INSERT INTO ce_bm25_terms AS t (lexeme, group_id, df, max_tf, min_len) "
             f"SELECT u.lexeme, grp.group_id, sum({weight}), max({_TF}) FILTER (WHERE {weight} > 0), "
             f"min(c.tsv_tokens) FILTER (WHERE {weight} > 0) FROM ce_chunks c JOIN {_DOCS} ON c.document_id = x.id "
             "JOIN grp ON grp.source_id = c.source_id AND grp.acl = c.acl, unnest(c.tsv) u WHERE c.valid_to IS NULL "
             f"GROUP BY 1, 2 HAVING sum({weight}) <> 0 OR bool_or({weight} > 0) ORDER BY 1, 2 "
-            f"ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df, {KEEP_BOUNDS}"
+            f"ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df, {KEEP_BOUNDS}), "
+            # the postings (migration 0020) of the chunks counted out go, those counted in come
+            f"gone AS (DELETE FROM ce_bm25_postings p USING (SELECT u.lexeme, c.id FROM ce_chunks c "
+            f"JOIN {_DOCS} ON c.document_id = x.id, unnest(c.tsv) u WHERE c.valid_to IS NULL AND {weight} < 0) z "
+            "WHERE p.lexeme = z.lexeme AND p.chunk_id = z.id) "
+            f"INSERT INTO ce_bm25_postings AS p (lexeme, chunk_id, group_id, tf, tokens) SELECT {POSTING} "
+            f"FROM ce_chunks c JOIN {_DOCS} ON c.document_id = x.id JOIN grp g ON g.source_id = c.source_id "
+            f"AND g.acl = c.acl, unnest(c.tsv) u WHERE c.valid_to IS NULL AND {weight} > 0 ORDER BY 1, 2 "
+            f"ON CONFLICT (lexeme, chunk_id) DO UPDATE SET {POSTING_UPDATE}"
         ),
         params,
     )

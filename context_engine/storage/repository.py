@@ -251,19 +251,6 @@ async def pending_page(
     return [(int(r[0]), int(r[1]), r[2]) for r in rows]
 
 
-async def count_embedded(conn: AsyncConnection, document_id: str, version: int) -> int:
-    """Chunks of ``version`` that already hold a vector (copied from the previous version)."""
-    return int(
-        await conn.scalar(
-            text(
-                "SELECT count(*) FROM ce_chunks WHERE document_id = CAST(:d AS uuid) AND version = :v "
-                "AND embedding IS NOT NULL"
-            ),
-            {"d": document_id, "v": version},
-        )
-    )
-
-
 async def store_vectors(
     conn: AsyncConnection, ids: Sequence[int], vectors: Sequence[Sequence[float]], embedding_key: str
 ) -> None:

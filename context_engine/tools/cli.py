@@ -22,16 +22,23 @@ from pydantic import ValidationError
 from context_engine.config import ContextEngineConfig
 from context_engine.errors import ContextEngineError
 from context_engine.principals import TRUSTED
+from context_engine.tools import kinds
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``tools`` (with ``add``, ``list``, ``delete`` and ``reader-role``) to the CLI's subcommands."""
-    tools = subparsers.add_parser("tools", help="register, list and delete governed tools (http, db, mcp)")
+    stored = kinds.names()
+    tools = subparsers.add_parser("tools", help=f"register, list and delete governed tools ({', '.join(stored)})")
     actions = tools.add_subparsers(dest="tools_command", metavar="ACTION")
 
     add = actions.add_parser("add", help="register a tool; its config comes from a JSON file")
     add.add_argument("name", help="the tool's name (letters, digits, '_'); called as <kind>_<name>")
-    add.add_argument("--kind", choices=["http", "db", "mcp"], required=True)
+    add.add_argument(
+        "--kind",
+        choices=stored,
+        required=True,
+        help="; ".join(f"{n}: {s.summary}" for n in stored if (s := kinds.get(n)) is not None).replace("%", "%%"),
+    )
     add.add_argument(
         "--config-file",
         required=True,

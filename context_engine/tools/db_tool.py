@@ -18,6 +18,7 @@ from psycopg import sql as pgsql
 
 from context_engine.tools import db_role
 from context_engine.tools.errors import ToolConfigInvalid, ToolExecutionFailed, ToolRoleRefused, ToolTimeout
+from context_engine.tools.kinds import KindContext, ToolKindSpec
 from context_engine.tools.plain import jsonable
 from context_engine.tools.schema import checked_schema, validate_arguments
 
@@ -159,3 +160,18 @@ def statement_failure(exc: psycopg.Error) -> str:
 
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+async def _call_kind(config: dict[str, Any], arguments: dict[str, Any], context: KindContext) -> dict[str, Any]:
+    return await call(config, arguments)
+
+
+KIND = ToolKindSpec(
+    name="db",
+    call_prefix="db_",
+    summary="one read-only SQL statement per call",
+    check_config=check_config,
+    call=_call_kind,
+    check_registration=check_role,
+    statements=lambda config, arguments: [statement_of(config, arguments)],
+)

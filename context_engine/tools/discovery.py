@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from context_engine.errors import InvalidCursor, InvalidRequest
-from context_engine.tools.models import KINDS, ToolPage
+from context_engine.tools.models import ToolPage
 from context_engine.tools.registry import ToolEntry
 
 MAX_LIMIT = 100
@@ -66,7 +66,7 @@ def search(
     terms = [t.lower() for t in _TERM.findall(query)]
     ranked: list[tuple[int, int, ToolEntry]] = []
     for order, entry in enumerate(entries):
-        if kinds is not None and (entry.kind not in kinds or entry.kind not in KINDS):
+        if kinds is not None and entry.kind not in kinds:
             continue
         if name_contains is not None and name_contains.lower() not in entry.call_name.lower():
             continue

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from context_engine.errors import ContextEngineError, InvalidRequest
 from context_engine.hooks import Hooks, ToolCallEvent
 from context_engine.redaction.apply import Redactor
-from context_engine.tools import approvals, audit, db_tool, http_tool, mcp_tool, registry
+from context_engine.tools import approvals, audit, kinds, registry
 from context_engine.tools.availability import ToolsDisabled, stored_tools_off
 from context_engine.tools.crypto import ConfigCipher
 from context_engine.tools.egress import Resolver
@@ -121,16 +121,31 @@ async def find_tool(
     return candidates[0]
 
 
+def _kind_of(tool: ToolEntry) -> kinds.ToolKindSpec:
+    """The registered kind of a stored tool; a row of a kind no module registered in this process
+    (a plug-in not loaded) cannot run, and says so before its config is decrypted."""
+    spec = kinds.get(tool.kind)
+    if spec is None:
+        raise ToolExecutionFailed(
+            "this tool's kind is not registered in this process (the module that registers it is not loaded)",
+            code="tool_unavailable",
+        )
+    return spec
+
+
 async def _run(
     runtime: ToolRuntime, tool: ToolEntry | FunctionTool, config: dict[str, Any], args: dict[str, Any]
 ) -> Any:
     if isinstance(tool, FunctionTool):
         return await tool.call(args)
-    if tool.kind == "http":
-        return await http_tool.call(config, args, client_factory=runtime.http_client_factory, resolver=runtime.resolver)
-    if tool.kind == "db":
-        return await db_tool.call(config, args)
-    return await mcp_tool.call(config, args, resolver=runtime.resolver)
+    context = kinds.KindContext(
+        http_client_factory=runtime.http_client_factory,
+        resolver=runtime.resolver,
+        db=runtime.db,
+        secret_key=runtime.secret_key,
+        tool_id=str(tool.tool_id),
+    )
+    return await _kind_of(tool).call(config, args, context)
 
 
 def _approval_payload(record: approvals.ApprovalRecord) -> dict[str, Any]:
@@ -173,21 +188,22 @@ async def execute_tool(
             record.arguments = redactor.obj(jsonable(args))
             tool, sealed = await find_tool(runtime, call_name, caller, options.tool_id)
             record.tool_id = tool.tool_id if isinstance(tool, ToolEntry) else None
-            record.kind = tool.kind if isinstance(tool, ToolEntry) else "function"
+            record.kind = tool.kind if isinstance(tool, ToolEntry) else kinds.FUNCTION
             config: dict[str, Any] = {}
             if isinstance(tool, ToolEntry):
                 off = stored_tools_off(runtime.secret_key)
                 if off is not None:  # a deployment without the key: said at once, never a failure inside the call
                     raise ToolsDisabled(off)
+                spec = _kind_of(tool)
                 config = ConfigCipher(runtime.secret_key).decrypt(sealed, str(tool.tool_id))
                 secrets = secret_values(config)
                 hiding.enter_context(hidden_from_logs(secrets))
                 record.arguments = scrub(record.arguments, secrets)
                 validate_arguments(tool.parameters, args)
-                if tool.kind == "http":
-                    http_tool.check_arguments(config, args)
-                if tool.kind == "db":
-                    statements = [db_tool.statement_of(config, args)]
+                if spec.check_arguments is not None:
+                    spec.check_arguments(config, args)
+                if spec.statements is not None:
+                    statements = spec.statements(config, args)
             else:
                 tool.check(args)
             if tool.requires_approval:
@@ -260,12 +276,10 @@ async def _gate(
 
 
 def _success_outcome(tool: ToolEntry | FunctionTool, raw: Any) -> str:
-    """``success``, or ``http_error`` for an http tool whose server answered 4xx/5xx (still returned)."""
-    if isinstance(tool, ToolEntry) and tool.kind == "http" and isinstance(raw, dict):
-        status = raw.get("status_code")
-        if isinstance(status, int) and status >= 400:
-            return "http_error"
-    return "success"
+    """``success``, or what the tool's kind makes of a result that still returns (an http tool whose
+    server answered 4xx/5xx: ``http_error``)."""
+    spec = kinds.get(tool.kind) if isinstance(tool, ToolEntry) else None
+    return spec.outcome(raw) if spec is not None and spec.outcome is not None else "success"
 
 
 def _reduce(exc: ContextEngineError, redactor: Redactor, statements: list[str], secrets: list[str]) -> None:

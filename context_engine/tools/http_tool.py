@@ -28,6 +28,7 @@ from context_engine.tools.errors import (
     ToolExecutionFailed,
     ToolTimeout,
 )
+from context_engine.tools.kinds import KindContext, ToolKindSpec
 from context_engine.tools.schema import checked_schema, validate_arguments
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "QUERY")
@@ -243,3 +244,24 @@ def _decode(raw: bytes, content_type: str) -> Any:
         except ValueError:
             pass
     return text
+
+
+async def _call_kind(config: dict[str, Any], arguments: dict[str, Any], context: KindContext) -> dict[str, Any]:
+    return await call(config, arguments, client_factory=context.http_client_factory, resolver=context.resolver)
+
+
+def _outcome(result: Any) -> str:
+    """``http_error`` when the server answered 4xx/5xx (the answer is still returned to the caller)."""
+    status = result.get("status_code") if isinstance(result, dict) else None
+    return "http_error" if isinstance(status, int) and status >= 400 else "success"
+
+
+KIND = ToolKindSpec(
+    name="http",
+    call_prefix="http_",
+    summary="one HTTP request per call",
+    check_config=check_config,
+    call=_call_kind,
+    check_arguments=check_arguments,
+    outcome=_outcome,
+)

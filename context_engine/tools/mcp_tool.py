@@ -11,12 +11,15 @@ from typing import Any
 
 import httpx
 
+from context_engine.tools import mcp_oauth
 from context_engine.tools.egress import EgressPolicy, Resolver, checked_address
 from context_engine.tools.errors import ToolConfigInvalid, ToolExecutionFailed, ToolTimeout, missing_extra
+from context_engine.tools.kinds import KindContext, ToolKindSpec
 from context_engine.tools.schema import checked_schema, validate_arguments
 
 DEFAULT_TIMEOUT = 30.0
 _KEYS = {"url", "tool", "headers", "parameters", "timeout", "response_mode", "allow_private_network", "allowed_hosts"}
+_KEYS |= {"oauth"}  # the section of a server that requires OAuth (``mcp_oauth``)
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -39,11 +42,27 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     timeout = config.get("timeout", DEFAULT_TIMEOUT)
     if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= 600:
         raise ToolConfigInvalid("mcp tool timeout must be a number of seconds between 0 and 600")
+    if "oauth" in config:
+        from context_engine.tools.mcp_oauth import check_oauth_config
+
+        check_oauth_config(config["oauth"])
     return checked_schema(config.get("parameters"))
 
 
-async def call(config: dict[str, Any], arguments: dict[str, Any], *, resolver: Resolver | None = None) -> Any:
-    """``{"content": [...], "structured": ..., "is_error": bool}`` from the remote tool."""
+async def call(
+    config: dict[str, Any],
+    arguments: dict[str, Any],
+    *,
+    resolver: Resolver | None = None,
+    auth: Any = None,
+    transport: Any = None,
+) -> Any:
+    """``{"content": [...], "structured": ..., "is_error": bool}`` from the remote tool.
+
+    ``auth`` (an ``httpx2.Auth``, the SDK's OAuth provider) may send requests to other hosts (its
+    authorization server), so with it every request passes the egress check, not only the first.
+    ``transport`` (httpx2) carries the requests instead of the client's own connection pool.
+    """
     try:
         import httpx2
         from mcp import Client
@@ -52,21 +71,49 @@ async def call(config: dict[str, Any], arguments: dict[str, Any], *, resolver: R
         raise missing_extra("mcp", "mcp") from None
 
     validate_arguments(check_config(config), arguments)
-    await checked_address(httpx.URL(config["url"]), EgressPolicy.from_config(config), resolver)
+    policy = EgressPolicy.from_config(config)
+    await checked_address(httpx.URL(config["url"]), policy, resolver)
     timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
     headers = dict(config.get("headers") or {})
+    hooks = None
+    if auth is not None:
+        from context_engine.tools import mcp_oauth
+
+        hooks = mcp_oauth.request_hooks(policy, resolver)
     try:
         async with asyncio.timeout(timeout):
-            async with httpx2.AsyncClient(headers=headers, timeout=timeout, trust_env=False) as http:
+            async with httpx2.AsyncClient(
+                headers=headers, timeout=timeout, trust_env=False, auth=auth, event_hooks=hooks, transport=transport
+            ) as http:
                 transport = streamable_http_client(config["url"], http_client=http)
                 async with Client(transport, read_timeout_seconds=timeout, cache=None) as client:
                     result = await client.call_tool(config["tool"], arguments)
     except TimeoutError:
         raise ToolTimeout(f"the MCP server did not answer within {timeout:g} s") from None
     except Exception as exc:
+        if auth is not None:
+            mcp_oauth.reraise_refusal(exc)
         raise ToolExecutionFailed(f"the MCP server call failed ({type(exc).__name__})") from None
     content = [block.model_dump(mode="json", exclude_none=True, by_alias=True) for block in result.content]
     if result.is_error:
         text = " ".join(str(block.get("text", "")) for block in content).strip()
         raise ToolExecutionFailed(f"the remote tool reported an error: {text}" if text else "the remote tool failed")
     return {"content": content, "structured": result.structured_content}
+
+
+async def _call_kind(config: dict[str, Any], arguments: dict[str, Any], context: KindContext) -> Any:
+    if "oauth" in config:
+        return await mcp_oauth.call(
+            context.db, context.secret_key, str(context.tool_id), config, arguments,
+            resolver=context.resolver, http_client_factory=context.http_client_factory,
+        )
+    return await call(config, arguments, resolver=context.resolver)
+
+
+KIND = ToolKindSpec(
+    name="mcp",
+    call_prefix="mcp_",
+    summary="one tools/call on a remote MCP server",
+    check_config=check_config,
+    call=_call_kind,
+)

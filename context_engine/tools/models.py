@@ -9,13 +9,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from context_engine.tools import kinds
 from context_engine.tools.errors import ToolConfigInvalid
 
-ToolKind = Literal["http", "db", "mcp", "function"]
-KINDS: tuple[str, ...] = ("http", "db", "mcp", "function")
-#: the call name is the kind's prefix and the tool's name: ``http_get_weather``, ``fn_add``
-CALL_PREFIX = {"http": "http_", "db": "db_", "mcp": "mcp_", "function": "fn_"}
+#: a registered tool kind's name (``http``, ``db``, ``mcp``, ``function`` or one a host registered)
+ToolKind = str
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+
+def _kind_enum(schema: dict[str, Any]) -> None:
+    """The ``kind`` field's JSON Schema lists the kinds registered when the schema is built."""
+    schema["enum"] = list(kinds.listed())
 
 
 class ToolConfig(BaseModel):
@@ -28,7 +32,7 @@ class ToolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    kind: ToolKind = "http"
+    kind: ToolKind = Field(default="http", json_schema_extra=_kind_enum)
     description: str = ""
     config: dict[str, Any] = Field(default_factory=dict)
     acl: list[str] = Field(default_factory=list)
@@ -39,6 +43,13 @@ class ToolConfig(BaseModel):
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError("name must start with a letter and hold only letters, digits and '_' (at most 64)")
+        return value
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        if value not in kinds.listed():
+            raise ValueError(f"kind must be one of {', '.join(kinds.listed())}")
         return value
 
     @field_validator("acl")
@@ -71,7 +82,8 @@ def tool_config(value: Any) -> ToolConfig:
 
 
 def call_name(kind: str, name: str) -> str:
-    return CALL_PREFIX[kind] + name
+    """The call name is the kind's prefix and the tool's name: ``http_get_weather``, ``fn_add``."""
+    return kinds.call_prefix(kind) + name
 
 
 class ToolPage(list[dict[str, Any]]):

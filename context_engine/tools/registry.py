@@ -1,4 +1,4 @@
-"""Stored tools (http, db, mcp): registration with the config encrypted, lookups filtered by ACL in SQL."""
+"""Stored tools (every registered kind): registration with the config encrypted, lookups filtered by ACL in SQL."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.tools import db_tool, http_tool, mcp_tool
+from context_engine.tools import kinds
 from context_engine.tools.crypto import ConfigCipher
 from context_engine.tools.errors import ToolConfigInvalid
 from context_engine.tools.functions import FunctionTool
 from context_engine.tools.models import ToolConfig
 
-CONFIG_CHECKS = {"http": http_tool.check_config, "db": db_tool.check_config, "mcp": mcp_tool.check_config}
 _VISIBLE = "(CAST(:caller AS text[]) IS NULL OR acl = '{}' OR acl && CAST(:caller AS text[]))"
 
 
@@ -55,7 +54,7 @@ class ToolEntry:
         return cls(
             tool_id=None,
             name=tool.name,
-            kind="function",
+            kind=kinds.FUNCTION,
             call_name=tool.call_name,
             description=tool.description,
             parameters=tool.parameters,
@@ -66,11 +65,14 @@ class ToolEntry:
 
 async def insert(db: AsyncEngine, tool: ToolConfig, cipher: ConfigCipher) -> ToolEntry:
     """Check the config for its kind, encrypt it and store the tool; returns its entry."""
-    if tool.kind == "function":
+    if tool.kind == kinds.FUNCTION:
         raise ToolConfigInvalid("function tools are registered with register_function_tool(fn)")
-    parameters = CONFIG_CHECKS[tool.kind](tool.config)
-    if tool.kind == "db":
-        await db_tool.check_role(tool.config)  # its own connection, before a pooled one is taken
+    spec = kinds.get(tool.kind)
+    if spec is None:  # unregistered since the ToolConfig was checked
+        raise ToolConfigInvalid(f"invalid tool: kind: must be one of {', '.join(kinds.listed())}")
+    parameters = spec.check_config(tool.config)
+    if spec.check_registration is not None:
+        await spec.check_registration(tool.config)  # its own connection, before a pooled one is taken
     tool_id = str(uuid.uuid4())
     blob = cipher.encrypt(tool.config, tool_id)
     async with db.begin() as conn:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
-from context_engine.ingest.extracted import Extracted, ExtractionFailed
+from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
 
 if TYPE_CHECKING:
     from context_engine.ingest.extractors.vision import PageTranscriber
@@ -290,3 +290,22 @@ def pipe_table(rows: list[list[str]]) -> str:
         if number == 0:
             lines.append("|" + "|".join([" --- "] * width) + "|")
     return "\n".join(lines)
+
+
+class SectionReader:
+    """What a reader of a structured format keeps: the units so far and the headings above the text."""
+
+    def __init__(self) -> None:
+        self.units: list[Unit] = []
+        self.headings: list[tuple[int, str]] = []
+
+    @property
+    def section(self) -> str | None:
+        """The innermost heading the text is under."""
+        return self.headings[-1][1] if self.headings else None
+
+    def emit(self, text: str, kind: str = "text", **meta: object) -> None:
+        """One unit under the current headings (nothing for blank text)."""
+        if text.strip():
+            path = [title for _, title in self.headings]
+            self.units.append(Unit(text=text, section=self.section, kind=kind, meta={"headings": path, **meta}))

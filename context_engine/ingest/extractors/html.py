@@ -13,9 +13,17 @@ import re
 
 from bs4 import BeautifulSoup, Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
 
-from context_engine.ingest.extracted import Extracted, Unit
+from context_engine.ingest.extracted import Extracted
 from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import Source, decode_text, extractor, no_text, pipe_table, squash
+from context_engine.ingest.extractors._base import (
+    SectionReader,
+    Source,
+    decode_text,
+    extractor,
+    no_text,
+    pipe_table,
+    squash,
+)
 
 #: Chrome, not content. ``form`` is deliberately absent: some frameworks wrap a whole page in one.
 _DROP = frozenset(
@@ -47,20 +55,13 @@ def inline_text(tag: Tag) -> str:
     return "\n".join(line for line in lines if line)
 
 
-class _HtmlReader:
+class _HtmlReader(SectionReader):
     def __init__(self) -> None:
-        self.units: list[Unit] = []
-        self.headings: list[tuple[int, str]] = []
+        super().__init__()
         self.loose: list[str] = []
 
-    @property
-    def section(self) -> str | None:
-        return self.headings[-1][1] if self.headings else None
-
-    def emit(self, text: str, kind: str = "text") -> None:
-        if text.strip():
-            meta = {"headings": [title for _, title in self.headings]}
-            self.units.append(Unit(text=text.strip(), section=self.section, kind=kind, meta=meta))
+    def emit(self, text: str, kind: str = "text", **meta: object) -> None:
+        super().emit(text.strip(), kind, **meta)
 
     def flush(self) -> None:
         if self.loose:

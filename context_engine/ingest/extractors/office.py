@@ -22,6 +22,7 @@ from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
 from context_engine.ingest.extractors import detect
 from context_engine.ingest.extractors._base import Source, extractor, no_text, pipe_table
 from context_engine.ingest.extractors.zipguard import check_zip
+from context_engine.providers.sdk import import_sdk
 
 #: Words per page for the last-resort page estimate.
 WORDS_PER_PAGE = 250
@@ -31,12 +32,13 @@ _HEADING = re.compile(r"^heading\s*(\d+)$", re.IGNORECASE)
 _PAGES = re.compile(rb"<(?:\w+:)?Pages>\s*(\d+)\s*</(?:\w+:)?Pages>")
 
 
-def _office_import(module: str) -> Any:
-    """Import an optional reader, with the install hint the caller needs (never wrapped)."""
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError as exc:  # pragma: no cover - the office extra is installed in tests
-        raise ImportError(f'this format needs {module}: pip install "pg-context-engine[office]"') from exc
+def _open_office(source: Source, module: str, reader: str, what: str) -> Any:
+    """The file as ``module.reader`` reads it (an optional package: its ImportError names the extra),
+    after the zip checks every Office file passes first."""
+    read = getattr(import_sdk(module, needed_by=f"this format needs {module}", extra="office"), reader)
+    check_zip(source, what)
+    with source.open() as stream:
+        return read(stream)
 
 
 # --------------------------------------------------------------------------------------------- DOCX
@@ -114,10 +116,7 @@ def _docx_table(table: Any) -> list[list[str]]:
 @extractor(detect.DOCX)
 def extract_docx(source: Source) -> Extracted:
     """Sections from headings, paragraphs, tables as tables, and a page count with its source."""
-    docx = _office_import("docx")
-    check_zip(source, "Word document")
-    with source.open() as stream:
-        document = docx.Document(stream)
+    document = _open_office(source, "docx", "Document", "Word document")
     declared = _declared_pages(source)
 
     units: list[Unit] = []
@@ -197,10 +196,7 @@ def _shape_texts(shapes: Any) -> Iterator[str]:
 @extractor(detect.PPTX)
 def extract_pptx(source: Source) -> Extracted:
     """One atomic unit per slide: title as section, slide number as page, shapes then notes."""
-    pptx = _office_import("pptx")
-    check_zip(source, "PowerPoint presentation")
-    with source.open() as stream:
-        presentation = pptx.Presentation(stream)
+    presentation = _open_office(source, "pptx", "Presentation", "PowerPoint presentation")
     units: list[Unit] = []
     slides = 0
     for number, slide in enumerate(presentation.slides, start=1):

@@ -13,7 +13,7 @@ import re
 
 from context_engine.ingest.extracted import Extracted, Unit
 from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import Source, decode_text, extractor, no_text
+from context_engine.ingest.extractors._base import SectionReader, Source, decode_text, extractor, no_text
 
 _BLANK_RUN = re.compile(r"\n[ \t]*\n+")
 
@@ -42,25 +42,12 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _TABLE_DELIMITER = re.compile(r"^ {0,3}\|?[ \t]*:?-+:?[ \t]*(\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
 
 
-class _MarkdownReader:
+class _MarkdownReader(SectionReader):
     """A line-by-line reader; enough of CommonMark for structure, not a renderer."""
 
     def __init__(self) -> None:
-        self.units: list[Unit] = []
-        self.headings: list[tuple[int, str]] = []
+        super().__init__()
         self.buffer: list[str] = []
-
-    @property
-    def section(self) -> str | None:
-        return self.headings[-1][1] if self.headings else None
-
-    def emit(self, text: str, kind: str = "text", **meta: object) -> None:
-        if not text.strip():
-            return
-        path = [title for _, title in self.headings]
-        self.units.append(
-            Unit(text=text, section=self.section, kind=kind, meta={"headings": path, **meta})
-        )
 
     def flush(self) -> None:
         if self.buffer:

@@ -3,7 +3,8 @@
 Three doors call one implementation (:func:`dispatch.run_knowledge_tool`): the engine method
 ``ContextEngine.search_knowledge_base``, :func:`call_knowledge_tool` for a host's own agent loop, and
 the MCP tool of :func:`context_engine.mcp.create_mcp_app`. The host sets the caller's principals and
-the scope ceiling; the model only ever supplies the arguments of the property table.
+the scope ceiling; the model only ever supplies the arguments its action's record declares. A host
+adds an action with :func:`context_engine.knowledge.tool.actions.register`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from context_engine.knowledge.tool.actions import KNOWLEDGE_ACTIONS
 from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner
 from context_engine.knowledge.tool.definition import TOOL_NAME, knowledge_tool_definition
 from context_engine.knowledge.tool.dispatch import run_knowledge_tool
-from context_engine.knowledge.tool.properties import KNOWLEDGE_ACTIONS
 from context_engine.redaction import RedactionPolicy
 from context_engine.storage.scope import UNSCOPED, Scope, narrow_to_ceiling, resolve_scope
 

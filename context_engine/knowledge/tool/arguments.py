@@ -1,26 +1,20 @@
-"""Checking what a model sent against the property table, with a refusal that names the fix."""
+"""Checking what a model sent against the action records, with a refusal that names the fix."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from context_engine.knowledge.tool import actions
+from context_engine.knowledge.tool.actions import KNOWLEDGE_ACTIONS, Action
 from context_engine.knowledge.tool.call import Refusal
-from context_engine.knowledge.tool.properties import ACTION_ARGS, HONOURS_DOCUMENT_IDS, KNOWLEDGE_ACTIONS, PROPERTIES
 
 _MAX_STRING = 4000
 _MAX_IDS = 500
 
-#: what a model should send instead of document_ids, for each action that does not honour it
-_INSTEAD_OF_DOCUMENT_IDS = {
-    "get_doc": "send one document_id, or use get_docs for several documents",
-    "get_chunks": "send one document_id",
-}
 
-
-def _example(action: str) -> str:
-    required = ACTION_ARGS[action][0]
-    sample = {"action": action, **{name: f"<{name}>" for name in required}}
+def _example(action: Action) -> str:
+    sample = {"action": action.name, **{name: f"<{name}>" for name in action.required}}
     return json.dumps(sample)
 
 
@@ -30,32 +24,33 @@ def check(action: Any, model_args: dict[str, Any]) -> tuple[str, dict[str, Any]]
     if action is None:
         raise Refusal(f"action is required: one of {names}. Start with discover to see what is in scope.",
                       next_action={"action": "discover"})
-    if not isinstance(action, str) or action not in KNOWLEDGE_ACTIONS:
+    record = actions.get(action) if isinstance(action, str) else None
+    if record is None:
         raise Refusal(f"unknown action {str(action)[:60]!r}: use one of {names}.", next_action={"action": "discover"})
     args = {k: v for k, v in model_args.items() if v is not None}
-    required, optional = ACTION_ARGS[action]
+    table = actions.properties()
+    takes = ", ".join(record.arguments) or "none"
     for name in args:
-        if name not in PROPERTIES:
-            raise Refusal(f"unknown argument {name[:60]!r}: {action} takes {', '.join(required + optional) or 'none'}.")
-    if "document_ids" in args and action not in HONOURS_DOCUMENT_IDS:
-        instead = _INSTEAD_OF_DOCUMENT_IDS.get(action, "leave it out")
+        if name not in table:
+            raise Refusal(f"unknown argument {name[:60]!r}: {record.name} takes {takes}.")
+    honouring = actions.honours_document_ids()
+    if "document_ids" in args and record.name not in honouring:
         raise Refusal(
-            f"document_ids is not honored by {action}, so it would answer over the whole scope as if it were; "
-            f"{instead}. Only {', '.join(sorted(HONOURS_DOCUMENT_IDS))} take document_ids."
+            f"document_ids is not honored by {record.name}, so it would answer over the whole scope as if it were; "
+            f"{record.instead_of_document_ids}. Only {', '.join(sorted(honouring))} take document_ids."
         )
     for name in args:
-        if name not in required + optional:
-            raise Refusal(f"{name} is not used by {action}; {action} takes {', '.join(required + optional) or 'none'}.")
-    for name in required:
+        if name not in record.arguments:
+            raise Refusal(f"{name} is not used by {record.name}; {record.name} takes {takes}.")
+    for name in record.required:
         if name not in args:
-            raise Refusal(f"{action} needs {name}: for example {_example(action)}.")
+            raise Refusal(f"{record.name} needs {name}: for example {_example(record)}.")
     for name, value in args.items():
-        args[name] = _value(name, value)
-    return action, args
+        args[name] = _value(name, table[name], value)
+    return record.name, args
 
 
-def _value(name: str, value: Any) -> Any:
-    spec = PROPERTIES[name]
+def _value(name: str, spec: dict[str, Any], value: Any) -> Any:
     kind = spec["type"]
     if kind == "string":
         if not isinstance(value, str) or not value.strip():

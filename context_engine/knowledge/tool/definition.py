@@ -1,6 +1,7 @@
 """``knowledge_tool_definition()``: the tool as data, for a host's own agent loop and for MCP.
 
-The description carries the decision rules once; the input schema comes from the property table.
+The description carries the decision rules once; its list of actions and the input schema come
+from the action records.
 Given the engine (and the host's runners), the description marks OFF exactly the actions this
 deployment cannot run, so the model is never told an action is off when it runs, or on when it
 refuses; without one it marks none and says an off action answers so.
@@ -11,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from context_engine.knowledge.tool.off import Deployment, graph_available, off_actions
-from context_engine.knowledge.tool.properties import ACTION_PURPOSES, KNOWLEDGE_ACTIONS, input_schema
+from context_engine.knowledge.tool.actions import actions, input_schema, off_actions
+from context_engine.knowledge.tool.capabilities import Deployment, graph_available
 
 if TYPE_CHECKING:
     from context_engine.engine import ContextEngine
@@ -44,10 +45,10 @@ MCP_SCOPE_SENTENCE = "Results are limited to the documents the calling user is p
 
 def description(off: Mapping[str, str] | None = None) -> str:
     lines = []
-    for action in KNOWLEDGE_ACTIONS:
-        sentence = (off or {}).get(action)
+    for action in actions():
+        sentence = (off or {}).get(action.name)
         suffix = f" (OFF: {sentence})" if sentence else ""
-        lines.append(f"- {action}: {ACTION_PURPOSES[action]}{suffix}")
+        lines.append(f"- {action.name}: {action.purpose}{suffix}")
     return _RULES + "\n".join(lines)
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from context_engine.knowledge.tool import paging, reads
+from context_engine.knowledge.tool.actions import actions, off_reason
 from context_engine.knowledge.tool.call import ToolCall
-from context_engine.knowledge.tool.off import off_reason
-from context_engine.knowledge.tool.properties import ACTION_PURPOSES, KNOWLEDGE_ACTIONS
 from context_engine.knowledge.tool.sheets import frame_keys
 from context_engine.models import shown_failure
 from context_engine.redaction.apply import Redactor
@@ -199,9 +198,9 @@ def _fields(rows: list[dict[str, Any]], red: Redactor) -> dict[str, Any]:
 
 def _available(call: ToolCall) -> dict[str, str]:
     available = {}
-    for action in KNOWLEDGE_ACTIONS:
-        off = off_reason(action, call)
-        available[action] = ACTION_PURPOSES[action] if off is None else f"{ACTION_PURPOSES[action]} (OFF: {off})"
+    for action in actions():
+        off = off_reason(action.name, call)
+        available[action.name] = action.purpose if off is None else f"{action.purpose} (OFF: {off})"
     return available
 
 

@@ -1,19 +1,20 @@
 """The one implementation behind every door: the engine method, ``call_knowledge_tool`` and MCP.
 
-Handlers are registered by action name; an action is answered OFF with its fixed sentence when its
-availability check says so, which is decided per call (a host runner turns compute on for one call).
+Each action is one record (:mod:`context_engine.knowledge.tool.actions`): its handler answers it,
+unless its availability check says this call cannot run it (decided per call: a host runner turns
+compute on for one call), when it answers its fixed OFF sentence.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from context_engine.errors import ContextEngineError, InvalidRequest, StorageUnavailable, known_failure
-from context_engine.knowledge.tool import arguments, discover, documents, runners, search
+from context_engine.knowledge.tool import actions, arguments
 from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner, Refusal, ToolCall
-from context_engine.knowledge.tool.off import GRAPH_ACTIONS, graph_available, off_reason
+from context_engine.knowledge.tool.capabilities import graph_available
 from context_engine.principals import resolve
 from context_engine.redaction import RedactionPolicy
 from context_engine.storage.scope import Scope, resolve_scope
@@ -22,26 +23,6 @@ if TYPE_CHECKING:
     from context_engine.engine import ContextEngine
 
 log = logging.getLogger("context_engine.knowledge_tool")
-
-Handler = Callable[[ToolCall], Awaitable[dict[str, Any]]]
-
-#: action -> handler; an action missing here is answered with its OFF sentence
-HANDLERS: dict[str, Handler] = {
-    "discover": discover.discover,
-    "search": search.search,
-    "get_doc": documents.get_doc,
-    "get_docs": documents.get_docs,
-    "get_chunks": documents.get_chunks,
-    "list": documents.list_documents,
-    "compute": runners.compute,
-    "map_reduce": runners.map_reduce,
-    "query_meta": runners.query_meta,
-    "get_neighbors": runners.graph,
-    "traverse": runners.graph,
-    "find_related": runners.graph,
-    "community_summary": runners.graph,
-}
-
 
 async def run_knowledge_tool(
     engine: ContextEngine,
@@ -63,6 +44,9 @@ async def run_knowledge_tool(
         raise TypeError("redaction must be a RedactionPolicy")
     try:
         name, args = arguments.check(action, model_args)
+        record = actions.get(name)
+        if record is None:  # unregistered since the check
+            raise Refusal(f"{name} is off on this deployment.")
         call = ToolCall(
             engine=engine,
             action=name,
@@ -74,13 +58,12 @@ async def run_knowledge_tool(
             secret_key=secret_key,
             compute=compute,
             map_reduce=map_reduce,
-            graph_enabled=(name == "discover" or name in GRAPH_ACTIONS) and await graph_available(engine),
+            graph_enabled=record.reads_graph and await graph_available(engine),
         )
-        off = off_reason(name, call)
-        handler = HANDLERS.get(name)
-        if off is not None or handler is None:
-            raise Refusal(off or f"{name} is off on this deployment.")
-        return await handler(call)
+        off = actions.off_reason(name, call)
+        if off is not None:
+            raise Refusal(off)
+        return await record.handler(call)
     except Refusal as refusal:
         return refusal.answer()
     except InvalidRequest as exc:

@@ -1,5 +1,11 @@
 """``get_doc``, ``get_docs``, ``get_chunks`` and ``list``: reading documents by their system ids.
 
+A ``get_chunks`` item carries ``language``: the language of the code it holds (a Markdown fence's
+info string, ``python``), null for prose. A ``list`` item carries ``parked``: null for a document
+that is fully indexed (or failed, or skipped), else why it waits (``embedding``: vectors still
+being written or waiting for ``resume_embeddings``; ``batch_pending``: waiting for the provider's
+batch job) with how many of its chunks are embedded, so a model knows meaning search may miss it.
+
 A document outside the host's ceiling reads exactly like one that does not exist: the ceiling is
 part of the SQL that decides visibility, and both cases give the same sentence. Failed documents
 show ``failure_reason`` and ``failure_message``, never the raw ``error``.
@@ -140,8 +146,15 @@ async def get_chunks(call: ToolCall) -> dict[str, Any]:
         text = call.redactor.text(row["text"]) or ""
         if chunks and used + len(text) > CHUNK_CHARS:
             break
-        chunks.append({"position": row["position"], "text": text, "section": call.redactor.text(row["section"]),
-                       "page": row["page"]})
+        chunks.append(
+            {
+                "position": row["position"],
+                "text": text,
+                "section": call.redactor.text(row["section"]),
+                "page": row["page"],
+                "language": call.redactor.text(row["language"]),
+            }
+        )
         used += len(text)
     end = chunks[-1]["position"] if chunks else None
     answer: dict[str, Any] = {
@@ -157,6 +170,26 @@ async def get_chunks(call: ToolCall) -> dict[str, Any]:
         answer["next_start"] = end + 1  # type: ignore[operator]
         answer["next_page"] = {"action": "get_chunks", "document_id": doc_id, "start": answer["next_start"]}
     return answer
+
+
+#: per waiting status: what the model should know about reading the document meanwhile
+_PARKED = {
+    "embedding": "its vectors are still being written or wait for resume_embeddings: keyword search finds all "
+    "of it, search by meaning only its embedded chunks",
+    "batch_pending": "it waits for the embedding provider's batch job: keyword search finds it now, search by "
+    "meaning once the job is collected",
+}
+
+
+def parked(status: str, meta: dict[str, Any], chunks: int) -> dict[str, Any] | None:
+    """Why a document that is neither indexed nor failed waits, and how much of it is embedded."""
+    note = _PARKED.get(status)
+    if note is None:
+        return None
+    progress = meta.get("embedding_progress")
+    done = progress.get("done") if isinstance(progress, dict) else None
+    embedded = done if isinstance(done, int) and not isinstance(done, bool) and 0 <= done <= chunks else 0
+    return {"reason": status, "embedded_chunks": embedded, "chunks": chunks, "note": note}
 
 
 async def list_documents(call: ToolCall) -> dict[str, Any]:
@@ -179,6 +212,7 @@ async def list_documents(call: ToolCall) -> dict[str, Any]:
             "status": r["status"],
             "failure_reason": shown_failure(r["failure_reason"]),
             "chunks": int(r["chunk_count"]),
+            "parked": parked(r["status"], r["meta"], int(r["chunk_count"])),
         }
         for r in rows
     ]

@@ -14,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.knowledge.tool.call import Narrowed
+from context_engine.revisions import view as revision_view
 from context_engine.storage.predicates import visibility
 
 #: MIME types whose documents are spreadsheets (``kind``); everything else is text
@@ -53,9 +54,16 @@ async def _rows(db: AsyncEngine, sql: str, params: dict[str, Any]) -> list[dict[
 
 
 async def view_revision(db: AsyncEngine, principals: tuple[str, ...] | None, scope: Narrowed) -> int:
-    """The revision of the caller's view: the store's for a trusted, unscoped caller; otherwise the
-    last revision that changed a document it may see in scope (as ``stats`` reports it), so writes
-    it cannot see never move it."""
+    """The revision of the caller's view: the store's for a trusted, unscoped caller; for a trusted,
+    scoped one the last revision that changed a document in scope; for any other caller the handle
+    of the last revision that changed what it may read in scope (as ``stats`` reports it), so writes
+    it cannot see never move it and the number counts nobody's writes."""
+    if principals is not None:
+        revs = await revision_view.for_caller(db, principals)
+        found = await revision_view.view_revision(
+            db, principals, source_ids=scope.source_ids, document_ids=scope.document_ids
+        )
+        return revs.told(found)
     params: dict[str, Any] = {}
     where = _documents(params, principals, scope)
     if where == "TRUE":
@@ -214,7 +222,8 @@ async def chunk_range(
         f"AND c.valid_to IS NULL AND {chunk_where}) AS total, (SELECT count(*) FROM doc) AS visible"
     )
     page_sql = (
-        "SELECT c.position, c.text, c.section, c.page FROM ce_chunks c WHERE c.document_id = CAST(:doc AS uuid) "
+        "SELECT c.position, c.text, c.section, c.page, left(c.meta->>'language', 64) AS language FROM ce_chunks c "
+        "WHERE c.document_id = CAST(:doc AS uuid) "
         f"AND c.valid_to IS NULL AND c.position >= :start AND {chunk_where} ORDER BY c.position LIMIT :limit"
     )
     async with db.connect() as conn:

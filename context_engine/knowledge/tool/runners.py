@@ -114,7 +114,7 @@ async def map_reduce(call: ToolCall) -> dict[str, Any]:
 async def graph(call: ToolCall) -> dict[str, Any]:
     """``get_neighbors``, ``traverse``, ``find_related``, ``community_summary`` under the ceiling."""
     from context_engine.graph.errors import GraphNotEnabled
-    from context_engine.knowledge.tool.off import OFF_SENTENCES
+    from context_engine.knowledge.tool.actions import get
 
     scope = call.narrowed()
     arguments = {k: v for k, v in call.args.items() if k != "source_ids"}
@@ -129,5 +129,6 @@ async def graph(call: ToolCall) -> dict[str, Any]:
             **arguments,
         )
     except GraphNotEnabled:
-        raise Refusal(OFF_SENTENCES[call.action]) from None
+        action = get(call.action)
+        raise Refusal(action.off_sentence if action is not None else f"{call.action} is off.") from None
     return {"success": True, **answer}

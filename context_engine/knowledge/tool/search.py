@@ -17,7 +17,7 @@ from typing import Any
 
 from context_engine.knowledge.tool import reads
 from context_engine.knowledge.tool.call import Narrowed, Refusal, ToolCall
-from context_engine.knowledge.tool.off import graph_available
+from context_engine.knowledge.tool.capabilities import graph_available
 from context_engine.knowledge.tool.sheets import first_columns, frame_keys, is_aggregate, sheet_names
 
 DEFAULT_TOP_K = 10

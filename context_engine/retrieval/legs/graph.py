@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 #: why the leg did or did not shape a search. It ran: ``auto`` (the query named an entity),
 #: ``requested`` (``mode="graph"``). It did not: ``not_requested`` (``mode="hybrid"``),
 #: ``graph_disabled`` (``graph.enabled`` off, or no graph tables), ``graph_weight_zero`` (its fusion
-#: weight is 0), ``no_graph_documents`` (the graph has no entity yet), ``no_entities_in_query`` (the
-#: query names none this caller may see), ``no_visible_graph_chunks`` (it does, but no chunk the
-#: caller may read carries a signal), ``graph_detection_failed`` (the lookup failed; ``auto`` only)
+#: weight is 0), ``no_graph_documents`` (the graph has no entity yet; trusted callers only, since it
+#: describes every tenant's documents), ``no_entities_in_query`` (the query names none this caller
+#: may see, which is also what a non-trusted caller hears of an empty graph),
+#: ``no_visible_graph_chunks`` (it does, but no chunk the caller may read carries a signal),
+#: ``graph_detection_failed`` (the lookup failed; ``auto`` only)
 GRAPH_REASONS = (
     "not_requested",
     "graph_disabled",
@@ -70,7 +72,10 @@ async def graph_leg(search: Search, index: int) -> tuple[list[tuple[int, float]]
             raise GraphNotEnabled()
         return [], _report("graph_disabled")
     if not known.names:
-        return [], _report("no_graph_documents")
+        # the store-wide state of the graph is told to a trusted caller only: anyone else hears what
+        # it would hear of a graph whose entities are all hidden from it, so another tenant's graph
+        # documents change nothing in its report
+        return [], _report("no_graph_documents" if search.scope.principals is None else "no_entities_in_query")
     spelled = known.match(search.queries[index])
     if not spelled:
         return [], _report("no_entities_in_query")
