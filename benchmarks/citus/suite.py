@@ -31,6 +31,7 @@ SELECTION = (
     "tests/test_acl_leak_property.py",
     "tests/test_acl_planner.py",
     "tests/test_bm25_bounds.py",
+    "tests/test_bm25_pruning.py",
     "tests/test_revisions_reads.py",
     "tests/citus_checks.py",
 )

@@ -424,6 +424,7 @@ class BulkLoader:
         revision's row lock, so the batch's revisions follow the previous batch's."""
         services = self.services
         key = services.embedder.key
+        distributed = await layout.distributed(conn)
         raw = await conn.get_raw_connection()
         pg = raw.driver_connection
         assert pg is not None
@@ -534,7 +535,7 @@ class BulkLoader:
                 "SELECT b.document_id, 1, b.position, b.source_id, b.acl, b.text, b.text_hash, b.section, b.page, "
                 "b.kind, v.tsv, b.embedding, %(ek)s, b.meta, %(first)s + b.doc "
                 "FROM ce_bulk_chunks b JOIN ce_bulk_tsv v ON v.ord = b.ord ORDER BY b.ord "
-                "RETURNING id, source_id, acl, tsv, tsv_tokens), "
+                "RETURNING id, document_id, source_id, acl, tsv, tsv_tokens), "
                 "grp AS (INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
                 "SELECT source_id, acl, count(*), coalesce(sum(tsv_tokens), 0) FROM ins GROUP BY 1, 2 ORDER BY 1, 2 "
                 "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
@@ -544,7 +545,7 @@ class BulkLoader:
                 "min(i.tsv_tokens) FROM ins i JOIN grp ON grp.source_id = i.source_id AND grp.acl = i.acl, "
                 "unnest(i.tsv) u GROUP BY 1, 2 ORDER BY 1, 2 "
                 f"ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df, {bm25_stats.KEEP_BOUNDS}) "
-                f"INSERT INTO ce_bm25_postings (lexeme, chunk_id, group_id, tf, tokens) SELECT {bm25_stats.POSTING} "
+                f"{bm25_stats.posting_insert(distributed)}"
                 "FROM ins c JOIN grp g ON g.source_id = c.source_id AND g.acl = c.acl, unnest(c.tsv) u ORDER BY 1, 2",
                 {"ek": key, "first": first},
             )
