@@ -18,7 +18,7 @@ import numpy as np
 import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from context_engine import TRUSTED, ContextEngine
 from context_engine.retrieval import planner
@@ -223,10 +223,22 @@ async def test_each_plan_is_forced_whatever_postgres_would_choose(
                 await conn.exec_driver_sql(f"SET LOCAL {name} = {quoted}")
             else:
                 await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
-        shown = "\n".join(r[0] for r in (await conn.execute(text(ann), params)).all())
+        shown = await _explain(conn, ann, params, distributed)
         assert "ix_ce_chunks_embedding" in shown  # a 2% slice, still the index: the choice is ours
-        shown = "\n".join(r[0] for r in (await conn.execute(text(exact), params)).all())
+        shown = await _explain(conn, exact, params, distributed)
         assert "ix_ce_chunks_embedding" not in shown  # no setting lets the index serve the exact ordering
+
+
+async def _explain(conn: AsyncConnection, statement: str, params: dict[str, object], distributed: bool) -> str:
+    """The plan's text. A Citus coordinator shows a shard's plan only for a statement without bound
+    parameters, so there the values are bound on the client (psycopg's client-side cursor)."""
+    if not distributed:
+        return "\n".join(r[0] for r in (await conn.execute(text(statement), params)).all())
+    compiled = text(statement).compile(dialect=conn.dialect)
+    raw = (await conn.get_raw_connection()).driver_connection
+    async with psycopg.AsyncClientCursor(raw) as cur:
+        await cur.execute(compiled.string, compiled.construct_params(params))
+        return "\n".join(r[0] for r in await cur.fetchall())
 
 
 async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextEngine, sql: AsyncEngine) -> None:
