@@ -236,6 +236,7 @@ async def _explain(conn: AsyncConnection, statement: str, params: dict[str, obje
         return "\n".join(r[0] for r in (await conn.execute(text(statement), params)).all())
     compiled = text(statement).compile(dialect=conn.dialect)
     raw = (await conn.get_raw_connection()).driver_connection
+    assert raw is not None
     async with psycopg.AsyncClientCursor(raw) as cur:
         await cur.execute(compiled.string, compiled.construct_params(params))
         return "\n".join(r[0] for r in await cur.fetchall())
