@@ -23,8 +23,23 @@ from tests.conftest import make_config
 from tests.test_acl_leak_property import WORDS, WordEmbedder
 from tests.test_conformance import fresh_database
 
-CO_LOCATED = ("ce_documents", "ce_document_versions", "ce_chunks", "ce_document_fields", "ce_embedding_batches")
-REFERENCE = ("ce_meta", "ce_store_revision", "ce_bm25_groups", "ce_bm25_terms", "ce_idempotency_keys", "ce_tools")
+CO_LOCATED = (
+    "ce_documents",
+    "ce_document_versions",
+    "ce_chunks",
+    "ce_document_fields",
+    "ce_embedding_batches",
+    "ce_bm25_postings",
+)
+REFERENCE = (
+    "ce_meta",
+    "ce_store_revision",
+    "ce_bm25_groups",
+    "ce_bm25_terms",
+    "ce_idempotency_keys",
+    "ce_tools",
+    "ce_mcp_oauth",
+)
 GROUPS = ((), ("g1",), ("g2",), ("g1", "g2"))
 
 
