@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[all,test,bench]"
 	touch $(STAMP)
 
-.PHONY: install serve test test-fast lint typecheck check-install
+.PHONY: install serve test test-fast test-citus lint typecheck check-install
 install: $(STAMP)
 
 PORT ?= 8000
@@ -33,6 +33,12 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -m "not database and not slow"
+
+# The conformance suite, the ACL-leak property test and the planner, BM25 and as-of tests against a
+# local Citus cluster (a coordinator and two workers on 127.0.0.1), not part of `make test`. Citus is
+# built once from its source tarball (CE_CITUS_TARBALL=path/to/citus-14.0.1.tar.gz) into .cache/.
+test-citus: $(STAMP)
+	$(PY) benchmarks/citus/suite.py
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -70,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also build the trigram leg's index (done anyway when search.weights.trigram is above 0)",
     )
+    mig.add_argument(
+        "--citus",
+        action="store_true",
+        help="distribute the schema on a Citus coordinator (done anyway when the citus extension is "
+        "installed; with this flag a database without it is refused)",
+    )
 
     ing = sub.add_parser("ingest", help="ingest files and folders")
     ing.add_argument("paths", nargs="+", type=Path, help="files or folders (folders are walked)")
@@ -325,11 +331,13 @@ async def _migrate(args: argparse.Namespace) -> int:
             text_search_config=args.text_search_config or config.search.text_search_config,
             graph=args.graph,
             trigram=args.trigram or config.fusion.trigram_enabled,
+            citus=True if args.citus else None,
         )
     finally:
         await db.aclose()
     applied = ", ".join(report.applied) if report.applied else "nothing to apply (already up to date)"
-    print(f"migrated: {applied}; dim={report.dim}; text search config={report.text_search_config}")
+    layout = "; distributed (Citus)" if report.citus else ""
+    print(f"migrated: {applied}; dim={report.dim}; text search config={report.text_search_config}{layout}")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 import threading
 import time
@@ -41,7 +42,15 @@ THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_wr
 
 @pytest.fixture(scope="session")
 def pg_base_url() -> Iterator[str]:
-    """The embedded server's URL (database ``postgres``), started once for the session."""
+    """The embedded server's URL (database ``postgres``), started once for the session.
+
+    ``CE_TEST_DATABASE_URL`` runs the suite against that server instead (``make test-citus`` points it
+    at a Citus coordinator whose ``template1`` makes every new database a Citus one).
+    """
+    given = os.environ.get("CE_TEST_DATABASE_URL")
+    if given:
+        yield given
+        return
     base = server_dir()
     _pgdata, url = embedded.acquire(base)
     with psycopg.connect(url, autocommit=True) as conn:

@@ -100,7 +100,12 @@ class Reply:
 
     @property
     def body(self) -> Any:
-        return json.loads(self.raw) if self.raw else None
+        """The JSON reply, or the text of a page (the OAuth callback answers a popup's HTML)."""
+        if not self.raw:
+            return None
+        if self.content_type.startswith("text/html"):
+            return self.raw.decode()
+        return json.loads(self.raw)
 
 
 Send = Callable[[str, str, bytes | None, dict[str, str]], Reply]
@@ -450,6 +455,10 @@ def run_scenario(call: Caller) -> dict[str, Reply]:
     # operational: no auth asked, nothing but a status told
     r["health"] = call("GET", "/health", token=None, who="!boom")
     r["ready"] = call("GET", "/ready", token=None, who="!boom")
+    # the OAuth popup's return: unauthenticated, a flow state nobody started is refused in the page
+    r["oauth_callback_unknown_state"] = call(
+        "GET", "/tools/oauth/callback", token=None, query={"state": "not-a-flow", "code": "x"}
+    )
     r["health_wrong_method"] = call("POST", "/health", token=None, json_body={})
 
     # the host's callables refusing
@@ -975,8 +984,12 @@ def test_wrong_method_is_405_json_with_allow(t: Transcript, step: str, allow: st
 
 def test_every_reply_is_json_and_every_failure_the_error_contract(t: Transcript) -> None:
     for step, reply in t.replies.items():
-        assert reply.content_type.split(";")[0] == "application/json", step
         assert b"Traceback" not in reply.raw and b'File "' not in reply.raw, step
+        if step == "oauth_callback_unknown_state":  # the popup's page: HTML by design, its outcome in the page
+            assert reply.status == 200 and reply.content_type.split(";")[0] == "text/html", step
+            assert '"code":"state_invalid"' in reply.body, step
+            continue
+        assert reply.content_type.split(";")[0] == "application/json", step
         if reply.status == 422:  # the error contract beside the ingest report
             assert reply.body.keys() == {"error", "documents", "totals"}, step
             assert reply.body["error"].keys() == {"code", "message"}, step
@@ -1002,12 +1015,15 @@ def test_the_scenario_covers_every_route(t: Transcript) -> None:
         ("POST", "/tools/execute"),
         ("GET", "/tools"),
         ("GET", "/documents/{document_id}/versions"),
+        ("GET", "/tools/oauth/callback"),
     }, "a route was added: add it to run_scenario"
 
 
 # ---------------------------------------------------------------------------------- the three agree
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _HANDLES = ("revision", "valid_from", "valid_to", "chunk_id", "chunkId")
+#: the reference a popup page carries, one per reply
+_CORRELATION = re.compile(r"mcpoauth_[0-9a-f]{32}")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?$")
 
 
@@ -1033,6 +1049,7 @@ def normalise(value: Any, ids: dict[str, str]) -> Any:
     if isinstance(value, str):
         if _TIMESTAMP.match(value):
             return "<timestamp>"
+        value = _CORRELATION.sub(lambda m: ids.setdefault(m.group(0), f"<reference{len(ids) + 1}>"), value)
         return _UUID.sub(lambda m: ids.setdefault(m.group(0), f"<id{len(ids) + 1}>"), value)
     return value
 

@@ -122,3 +122,20 @@ def test_cli_migrate_trigram(database_url: str, capsys: pytest.CaptureFixture[st
     assert cli_main(["migrate", "--database-url", database_url, "--dim", "12", "--trigram"]) == 0
     assert "0016_trigram_index" in capsys.readouterr().out
     assert "ix_ce_chunks_trgm" in _indexes(database_url)
+
+
+async def test_citus_is_refused_where_the_extension_is_missing(database_url: str) -> None:
+    """``migrate --citus`` on one PostgreSQL refuses before any revision runs; a plain run stays single-node."""
+    from context_engine.storage.extensions import DatabaseUnsuitable
+
+    engine = create_async_engine(to_driver_url(database_url))
+    try:
+        with pytest.raises(DatabaseUnsuitable) as refused:
+            await migrate(engine, dim=8, citus=True)
+        assert refused.value.code == "citus_missing"
+        with psycopg.connect(database_url) as conn:
+            assert conn.execute("SELECT to_regclass('ce_schema_migrations')").fetchone() == (None,)
+        report = await migrate(engine, dim=8)
+        assert report.citus is False and not any(r.startswith("citus/") for r in report.applied)
+    finally:
+        await engine.dispose()

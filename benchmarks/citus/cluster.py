@@ -44,14 +44,19 @@ CLANG_ONLY_FLAG = "-Wmissing-variable-declarations"
 WORKERS = 2
 STATE_FILE = "cluster.json"
 REPO = Path(__file__).resolve().parents[2]
-#: settings each node starts with; citus must be preloaded
+#: settings each node starts with; citus must be preloaded. Small on purpose: the cluster shares its
+#: machine with the test suite and other work (three servers, each with its own buffers)
 NODE_SETTINGS = {
     "shared_preload_libraries": "'citus'",
-    "max_connections": "200",
+    "shared_buffers": "'64MB'",
+    "max_connections": "150",
     "wal_level": "logical",
-    "max_prepared_transactions": "200",
+    "max_prepared_transactions": "150",
+    "max_worker_processes": "16",
     "fsync": "off",
     "citus.enable_create_database_propagation": "on",
+    # shards per distributed table (Citus's default is 32); CE_CITUS_SHARDS sets another count
+    "citus.shard_count": os.environ.get("CE_CITUS_SHARDS", "8"),
 }
 
 
@@ -192,6 +197,25 @@ def prepare_database(nodes: list[Node], database: str) -> None:
         conn.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coordinator.port,))
         for worker in workers:
             conn.execute("SELECT citus_add_node('127.0.0.1', %s)", (worker.port,))
+
+
+def prepare_template(nodes: list[Node]) -> None:
+    """Make every database created later on the cluster a Citus one, as the test suite creates them
+    (a plain ``CREATE DATABASE``): ``template1`` gets the extensions and the node list on every node.
+
+    ``CREATE DATABASE`` copies ``template1`` only while nobody is connected to it, and Citus leaves a
+    maintenance daemon (and cached connections) there once it was used: those are ended afterwards.
+    """
+    prepare_database(nodes, "template1")
+    for node in nodes:
+        with psycopg.connect(node.url(), autocommit=True) as conn:
+            deadline = time.monotonic() + 60
+            while conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = 'template1'"
+            ).fetchone()[0]:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{node.name}: template1 is still in use")
+                time.sleep(0.2)
 
 
 def create_database(nodes: list[Node], database: str) -> str:

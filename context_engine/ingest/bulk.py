@@ -59,7 +59,7 @@ from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pipeline import UNNAMED, Ingestor, Prepared, chunk_stream, open_source, prepare, unnamed_name
 from context_engine.models import DocumentReport
 from context_engine.principals import holds_acl
-from context_engine.storage import bm25_stats
+from context_engine.storage import bm25_stats, layout
 from context_engine.storage import repository as repo
 from context_engine.storage.migrate import revision_files
 
@@ -424,6 +424,7 @@ class BulkLoader:
         revision's row lock, so the batch's revisions follow the previous batch's."""
         services = self.services
         key = services.embedder.key
+        distributed = await layout.distributed(conn)
         raw = await conn.get_raw_connection()
         pg = raw.driver_connection
         assert pg is not None
@@ -534,7 +535,7 @@ class BulkLoader:
                 "SELECT b.document_id, 1, b.position, b.source_id, b.acl, b.text, b.text_hash, b.section, b.page, "
                 "b.kind, v.tsv, b.embedding, %(ek)s, b.meta, %(first)s + b.doc "
                 "FROM ce_bulk_chunks b JOIN ce_bulk_tsv v ON v.ord = b.ord ORDER BY b.ord "
-                "RETURNING id, source_id, acl, tsv, tsv_tokens), "
+                "RETURNING id, document_id, source_id, acl, tsv, tsv_tokens), "
                 "grp AS (INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
                 "SELECT source_id, acl, count(*), coalesce(sum(tsv_tokens), 0) FROM ins GROUP BY 1, 2 ORDER BY 1, 2 "
                 "ON CONFLICT (source_id, acl) DO UPDATE SET chunks = g.chunks + EXCLUDED.chunks, "
@@ -544,7 +545,7 @@ class BulkLoader:
                 "min(i.tsv_tokens) FROM ins i JOIN grp ON grp.source_id = i.source_id AND grp.acl = i.acl, "
                 "unnest(i.tsv) u GROUP BY 1, 2 ORDER BY 1, 2 "
                 f"ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df, {bm25_stats.KEEP_BOUNDS}) "
-                f"INSERT INTO ce_bm25_postings (lexeme, chunk_id, group_id, tf, tokens) SELECT {bm25_stats.POSTING} "
+                f"{bm25_stats.posting_insert(distributed)}"
                 "FROM ins c JOIN grp g ON g.source_id = c.source_id AND g.acl = c.acl, unnest(c.tsv) u ORDER BY 1, 2",
                 {"ek": key, "first": first},
             )
@@ -558,6 +559,25 @@ async def _taken(conn: AsyncConnection, ready: list[_Ready]) -> set[int]:
     """Positions (in ``ready``) whose identity is filed already or locked by a writer right now;
     the others are locked for this transaction, as an ordinary writer locks its one identity."""
     keys = [repo.identity_key(r.doc.source_id, r.name) for r in ready]
+    params = {"keys": keys, "s": [r.doc.source_id for r in ready], "n": [r.name for r in ready]}
+    if await layout.distributed(conn):
+        # Citus plans no correlated subquery beside a set-returning function: locks, then a join
+        locked = await conn.execute(
+            text(
+                "SELECT k.i - 1, pg_try_advisory_xact_lock(hashtextextended(k.key, 7)) "
+                "FROM unnest(CAST(:keys AS text[])) WITH ORDINALITY AS k(key, i)"
+            ),
+            params,
+        )
+        busy = {int(i) for i, got in locked if not got}
+        filed = await conn.execute(
+            text(
+                "SELECT DISTINCT k.i - 1 FROM unnest(CAST(:s AS text[]), CAST(:n AS text[])) WITH ORDINALITY "
+                "AS k(s, n, i) JOIN ce_documents d ON d.source_id = k.s AND d.name = k.n"
+            ),
+            params,
+        )
+        return busy | {int(r[0]) for r in filed}
     rows = await conn.execute(
         text(
             "SELECT k.i - 1, pg_try_advisory_xact_lock(hashtextextended(k.key, 7)) AS locked, "
@@ -565,7 +585,7 @@ async def _taken(conn: AsyncConnection, ready: list[_Ready]) -> set[int]:
             "FROM unnest(CAST(:keys AS text[]), CAST(:s AS text[]), CAST(:n AS text[])) WITH ORDINALITY "
             "AS k(key, s, n, i)"
         ),
-        {"keys": keys, "s": [r.doc.source_id for r in ready], "n": [r.name for r in ready]},
+        params,
     )
     return {int(i) for i, locked, filed in rows if filed or not locked}
 

@@ -23,6 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from context_engine.errors import ContextEngineError, NameTaken
+from context_engine.storage import layout
 from context_engine.write_access import WriteAccess, target_of
 
 #: a filing that could name more than one visible document
@@ -105,14 +106,19 @@ async def holders(
     refusal (input order). ``for_update`` row-locks every document found under the names."""
     if not filings:
         return []
-    rows = await conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM ce_documents d "
-            "JOIN unnest(CAST(:s AS text[]), CAST(:n AS text[])) AS x(s, n) ON d.source_id = x.s AND d.name = x.n "
-            "ORDER BY d.id" + (" FOR UPDATE OF d" if for_update else "")
-        ),
-        {"s": [f[0] for f in filings], "n": [f[1] for f in filings]},
+    sql = (
+        f"SELECT {_COLUMNS} FROM ce_documents d "
+        "JOIN unnest(CAST(:s AS text[]), CAST(:n AS text[])) AS x(s, n) ON d.source_id = x.s AND d.name = x.n "
+        "ORDER BY d.id"
     )
+    params = {"s": [f[0] for f in filings], "n": [f[1] for f in filings]}
+    if for_update and await layout.distributed(conn):
+        # the rows may lie on several shards: lock them one by one, then read them as locked
+        found = await conn.execute(text(sql), params)
+        await layout.lock_documents(conn, [str(r[0]) for r in found])
+        rows = await conn.execute(text(sql), params)
+    else:
+        rows = await conn.execute(text(sql + (" FOR UPDATE OF d" if for_update else "")), params)
     named: dict[tuple[str, str], list[dict[str, Any]]] = {}
     seen_ids: set[str] = set()
     for row in rows.mappings():

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from context_engine.retrieval import bm25_gate
 from context_engine.retrieval.bm25_gate import lexeme_query
+from context_engine.storage import layout
 from context_engine.storage.predicates import live, readable_now, visibility
 
 #: chunks fully scored per result row asked for, ranked first by their upper bound (see :func:`rank`).
@@ -149,7 +150,15 @@ async def rank(
         by_postings = postings and strategy != "full"
         cap = max(direct_cap, POSTINGS_DIRECT) if by_postings and direct_factor is None else direct_cap
         params["bm25_cap"] = float("inf") if strategy == "full" else float(cap)
-        statement = _weights_then_direct_sql(terms, stats_scope, params, tsquery, chunk_predicate, postings=by_postings)
+        statement = _weights_then_direct_sql(
+            terms,
+            stats_scope,
+            params,
+            tsquery,
+            chunk_predicate,
+            postings=by_postings,
+            distributed=by_postings and await layout.distributed(conn),
+        )
         found = (await conn.execute(text(statement), params)).all()
         weights = [r[1:9] for r in found if r[0] == 0]
         if weights and found[0][9]:  # the direct pass ran: its rows are the answer
@@ -298,6 +307,7 @@ def _weights_then_direct_sql(
     chunk_predicate: str,
     *,
     postings: bool = True,
+    distributed: bool = False,
 ) -> str:
     """The weights (rows ``(0, lexeme, idf, avgdl, df, n, n_all, NULL, ...)``) and, in the same
     statement, the direct pass (rows ``(1, NULL x 6, id, score, candidates)``, the ``limit`` best)
@@ -326,7 +336,8 @@ def _weights_then_direct_sql(
             "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, o.id, o.r, (SELECT count(*) FROM s) "
             "FROM o ORDER BY o.r DESC, o.id)"
         )
-        return f"{head}{_postings_sql(chunk_predicate, visible_groups=restricted)} {weight_rows}{walked}"
+        direct = _postings_sql(chunk_predicate, visible_groups=restricted, distributed=distributed)
+        return f"{head}{direct} {weight_rows}{walked}"
     scored = _SCORE.format(
         source="ce_chunks c CROSS JOIN q CROSS JOIN k",
         where=f"WHERE c.tsv @@ q.q AND {chunk_predicate} AND (SELECT go FROM dec)",
@@ -341,7 +352,7 @@ def _weights_then_direct_sql(
     )
 
 
-def _postings_sql(chunk_predicate: str, *, visible_groups: bool) -> str:
+def _postings_sql(chunk_predicate: str, *, visible_groups: bool, distributed: bool = False) -> str:
     """The direct pass over the postings (migration 0020), as CTEs ``s`` (every chunk holding a query
     term in a group the caller may see, with its score) and ``o`` (the ``limit`` best of them that
     match the tsquery and the caller's predicate), after the weights' CTEs ``w``, ``vis``, ``dec``, ``q``.
@@ -353,6 +364,8 @@ def _postings_sql(chunk_predicate: str, *, visible_groups: bool) -> str:
     are never read. The score is :data:`_SCORE`'s expression over the same idf and average length.
     """
     groups = "JOIN vis ON vis.group_id = p.group_id " if visible_groups else ""
+    if distributed:
+        return _postings_sql_distributed(chunk_predicate, groups)
     return (
         "s AS MATERIALIZED (SELECT p.chunk_id AS id, sum(w.idf * p.tf * (:bm25_k1 + 1) / (p.tf + :bm25_k1 * "
         "(1 - :bm25_b + :bm25_b * p.tokens / w.avgdl))) AS r "
@@ -362,6 +375,22 @@ def _postings_sql(chunk_predicate: str, *, visible_groups: bool) -> str:
         "WHERE (SELECT TRUE FROM ce_chunks c WHERE c.id = b.id AND c.tsv @@ (SELECT q.q FROM q) "
         f"AND {chunk_predicate}) "
         "ORDER BY b.r DESC, b.id LIMIT :limit)"
+    )
+
+
+def _postings_sql_distributed(chunk_predicate: str, groups: str) -> str:
+    """:func:`_postings_sql` in the form a Citus coordinator plans (``distributed``): the postings sit
+    beside their chunks (co-located by ``document_id``, ``migrations/citus/0002_postings_oauth.sql``), so
+    each chunk is scored on its own shard, and the scored chunks are joined back to their rows
+    instead of tested by a correlated subquery, which Citus does not plan over a CTE. Every scored
+    chunk's row is read (no early stop); the answer is the same: the ``limit`` best that pass."""
+    return (
+        "s AS MATERIALIZED (SELECT p.document_id, p.chunk_id AS id, sum(w.idf * p.tf * (:bm25_k1 + 1) / "
+        "(p.tf + :bm25_k1 * (1 - :bm25_b + :bm25_b * p.tokens / w.avgdl))) AS r "
+        f"FROM w JOIN ce_bm25_postings p ON p.lexeme = w.lexeme {groups}"
+        "WHERE (SELECT go FROM dec) GROUP BY p.document_id, p.chunk_id), "
+        "o AS (SELECT b.id, b.r FROM s b JOIN ce_chunks c ON c.document_id = b.document_id AND c.id = b.id "
+        f"WHERE c.tsv @@ (SELECT q.q FROM q) AND {chunk_predicate} ORDER BY b.r DESC, b.id LIMIT :limit)"
     )
 
 

@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from context_engine.storage import layout
+
 #: a lexeme's term frequency in one chunk (``u`` a row of ``unnest(c.tsv)``), as BM25 scores it
 _TF = "coalesce(array_length(u.positions, 1), 1)"
 #: the per-lexeme bounds an upsert keeps (migration 0019): the new chunks widen them (so a lexeme
@@ -29,6 +31,26 @@ KEEP_BOUNDS = (
 #: rewrites it (a chunk counted in twice writes the same row again)
 POSTING = f"u.lexeme, c.id, g.group_id, {_TF}, c.tsv_tokens"
 POSTING_UPDATE = "group_id = EXCLUDED.group_id, tf = EXCLUDED.tf, tokens = EXCLUDED.tokens"
+
+
+def posting_insert(distributed: bool) -> str:
+    """``INSERT INTO ce_bm25_postings (...) SELECT`` the :data:`POSTING` of ``u`` in ``c`` (a FROM clause
+    follows). On a Citus coordinator each posting also carries its chunk's ``document_id``, the key it
+    is co-located with the chunks by (``migrations/citus/0002_postings_oauth.sql``)."""
+    if distributed:
+        return (
+            "INSERT INTO ce_bm25_postings AS p (lexeme, chunk_id, group_id, tf, tokens, document_id) "
+            f"SELECT {POSTING}, c.document_id "
+        )
+    return f"INSERT INTO ce_bm25_postings AS p (lexeme, chunk_id, group_id, tf, tokens) SELECT {POSTING} "
+
+
+def _posting_key(distributed: bool) -> tuple[str, str, str]:
+    """``(conflict target, extra column of a chunk's lexeme rows, their extra match)`` of a posting's key."""
+    if distributed:
+        return "(lexeme, chunk_id, document_id)", ", c.document_id", " AND p.document_id = z.document_id"
+    return "(lexeme, chunk_id)", "", ""
+
 
 #: the current chunks of the documents listed in ``:bm25_docs`` (with the version each opens in ``:bm25_vs``)
 _DOCS = "unnest(CAST(:bm25_docs AS uuid[]), CAST(:bm25_vs AS integer[])) AS x(id, v)"
@@ -51,6 +73,8 @@ async def _shift(
     Every group the documents' chunks fall in is upserted, even by zero, because its id (new or
     existing) keys the term rows written by the same statement."""
     params: dict[str, Any] = {"bm25_docs": list(documents), "bm25_vs": list(versions)}
+    distributed = await layout.distributed(conn)
+    target, column, match = _posting_key(distributed)
     await conn.execute(
         text(
             "WITH grp AS (INSERT INTO ce_bm25_groups AS g (source_id, acl, chunks, tokens) "
@@ -65,13 +89,13 @@ async def _shift(
             f"GROUP BY 1, 2 HAVING sum({weight}) <> 0 OR bool_or({weight} > 0) ORDER BY 1, 2 "
             f"ON CONFLICT (lexeme, group_id) DO UPDATE SET df = t.df + EXCLUDED.df, {KEEP_BOUNDS}), "
             # the postings (migration 0020) of the chunks counted out go, those counted in come
-            f"gone AS (DELETE FROM ce_bm25_postings p USING (SELECT u.lexeme, c.id FROM ce_chunks c "
+            f"gone AS (DELETE FROM ce_bm25_postings p USING (SELECT u.lexeme, c.id{column} FROM ce_chunks c "
             f"JOIN {_DOCS} ON c.document_id = x.id, unnest(c.tsv) u WHERE c.valid_to IS NULL AND {weight} < 0) z "
-            "WHERE p.lexeme = z.lexeme AND p.chunk_id = z.id) "
-            f"INSERT INTO ce_bm25_postings AS p (lexeme, chunk_id, group_id, tf, tokens) SELECT {POSTING} "
+            f"WHERE p.lexeme = z.lexeme AND p.chunk_id = z.id{match}) "
+            f"{posting_insert(distributed)}"
             f"FROM ce_chunks c JOIN {_DOCS} ON c.document_id = x.id JOIN grp g ON g.source_id = c.source_id "
             f"AND g.acl = c.acl, unnest(c.tsv) u WHERE c.valid_to IS NULL AND {weight} > 0 ORDER BY 1, 2 "
-            f"ON CONFLICT (lexeme, chunk_id) DO UPDATE SET {POSTING_UPDATE}"
+            f"ON CONFLICT {target} DO UPDATE SET {POSTING_UPDATE}"
         ),
         params,
     )

@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from context_engine.embeddings.batches import BatchHandle
 from context_engine.storage.vectors import vector_literal
 
-_UNTIL = "clock_timestamp() + make_interval(secs => CAST(:t AS double precision))"
+#: from the statement's start (stable within it, as a distributed UPDATE requires; see repository._LEASE_UNTIL)
+_UNTIL = "statement_timestamp() + make_interval(secs => CAST(:t AS double precision))"
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ async def claim(conn: AsyncConnection, row_id: int, holder: str, seconds: float)
         text(
             f"UPDATE ce_embedding_batches SET poll_holder = CAST(:h AS uuid), poll_until = {_UNTIL} "
             "WHERE id = :id AND state = 'pending' "
-            "AND (poll_holder IS NULL OR poll_until <= clock_timestamp()) RETURNING 1"
+            "AND (poll_holder IS NULL OR poll_until <= statement_timestamp()) RETURNING 1"
         ),
         {"id": row_id, "h": holder, "t": seconds},
     )
@@ -168,9 +169,10 @@ async def live_version(
         await conn.execute(
             text(
                 "SELECT state, poll_holder = CAST(:h AS uuid), content_hash, chunk_count "
-                "FROM ce_embedding_batches WHERE id = :id FOR UPDATE"
+                # the document too: a distributed (Citus) schema locks a row only by its shard's key
+                "FROM ce_embedding_batches WHERE id = :id AND document_id = CAST(:d AS uuid) FOR UPDATE"
             ),
-            {"id": row_id, "h": holder},
+            {"id": row_id, "h": holder, "d": document_id},
         )
     ).first()
     if job is None or job[0] != "pending":

@@ -58,6 +58,20 @@ def revision_files() -> list[Path]:
     return sorted(p for p in migrations_dir().glob("[0-9][0-9][0-9][0-9]_*.sql"))
 
 
+#: the folder of the Citus overlay: revisions applied after the numbered ones on a Citus coordinator,
+#: recorded as ``citus/<stem>``
+CITUS_DIR = "citus"
+
+
+def citus_files() -> list[Path]:
+    return sorted(p for p in (migrations_dir() / CITUS_DIR).glob("[0-9][0-9][0-9][0-9]_*.sql"))
+
+
+async def citus_installed(conn: AsyncConnection) -> bool:
+    """Whether this database is a Citus coordinator's (the citus extension is installed in it)."""
+    return bool(await conn.scalar(text("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")))
+
+
 class MigrationFailed(ContextEngineError):
     """A revision's statement failed; the revisions before it stay applied and re-running repeats it."""
 
@@ -72,6 +86,8 @@ class MigrationReport:
     text_search_config: str = "english"
     #: indexes built (or rebuilt after an interrupted build) by this run, in order
     indexes_built: list[str] = field(default_factory=list)
+    #: the database is a Citus coordinator's, and the schema is the distributed one
+    citus: bool = False
 
 
 def print_to_stderr(line: str) -> None:
@@ -94,12 +110,17 @@ async def migrate(
     announce: Announce | None = None,
     graph: bool = False,
     trigram: bool = False,
+    citus: bool | None = None,
 ) -> MigrationReport:
     """Bring the schema up to date; refuse a ``dim`` other than the one locked on first run.
 
     ``announce`` receives one line per index built (default: stderr). ``graph=True`` also applies
     the graph tables and ``trigram=True`` the trigram leg's index (:data:`OPTIONAL_REVISIONS`), which
     a plain run leaves out.
+
+    On a Citus coordinator (``citus=None``: whenever the citus extension is installed in the
+    database; ``citus=True`` refuses a database without it) the files of ``migrations/citus/``
+    follow the numbered ones and distribute the schema (docs/scaling.md).
     """
     requested = {name for name, asked in (("graph", graph), ("trigram", trigram)) if asked}
     if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= 16000:
@@ -114,6 +135,13 @@ async def migrate(
         await _lock(conn)
         try:
             await check_extensions(conn)
+            on_citus = await citus_installed(conn)
+            if citus and not on_citus:
+                raise DatabaseUnsuitable(
+                    "migrate --citus needs the citus extension in this database (CREATE EXTENSION citus, "
+                    "on a coordinator whose workers are added)",
+                    code="citus_missing",
+                )
             await require_readiness(conn, wanted_revisions(requested))
             locked_dim = await _meta(conn, "embedding_dim")
             if locked_dim is not None and int(locked_dim) != dim:
@@ -141,6 +169,15 @@ async def migrate(
                     continue  # an optional revision nobody asked for
                 else:
                     await runner.apply(path.stem, steps)
+            if on_citus:
+                for path in citus_files():
+                    revision = f"{CITUS_DIR}/{path.stem}"
+                    steps = _steps(path.read_text(encoding="utf-8").replace("{dim}", str(dim)))
+                    if revision in done:
+                        await runner.repair(steps)
+                    else:
+                        await runner.apply(revision, steps)
+            report.citus = on_citus
         finally:
             await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _LOCK_ID})
     return report

@@ -50,14 +50,13 @@ def readable_now(alias: str, params: dict[str, Any], principals: tuple[str, ...]
     when this holds as well as its own ACL of then: restricting a document restricts its past."""
     params["vis_principals"] = list(principals)
     ref = f"{alias}.{column}"
-    acl_now = (
-        f"coalesce((SELECT ce_now_d.acl FROM ce_documents ce_now_d WHERE ce_now_d.id = {ref}), "
-        f"(SELECT ce_now_v.acl FROM ce_document_versions ce_now_v WHERE ce_now_v.document_id = {ref} "
-        "ORDER BY ce_now_v.version DESC LIMIT 1))"
-    )
+    readable = "{a}.acl = '{{}}'::text[] OR {a}.acl && CAST(:vis_principals AS text[])"
+    # each lookup is a correlated subquery with a FROM of its own, on the document's key: the form a
+    # distributed (Citus) schema accepts, with the lookups inside the document's shard
     return (
-        "coalesce((SELECT ce_now.acl = '{}'::text[] OR ce_now.acl && CAST(:vis_principals AS text[]) "
-        f"FROM (SELECT {acl_now} AS acl) ce_now), false)"
+        f"coalesce((SELECT {readable.format(a='ce_now_d')} FROM ce_documents ce_now_d WHERE ce_now_d.id = {ref}), "
+        f"(SELECT {readable.format(a='ce_now_v')} FROM ce_document_versions ce_now_v "
+        f"WHERE ce_now_v.document_id = {ref} ORDER BY ce_now_v.version DESC LIMIT 1), false)"
     )
 
 

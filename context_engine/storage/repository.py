@@ -11,8 +11,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from context_engine.storage import bm25_stats
+from context_engine.errors import DocumentBusy, NameTaken
+from context_engine.storage import bm25_stats, layout
 from context_engine.storage.predicates import ReadScope, live, visibility
+from context_engine.storage.session_locks import LOCK_ID_SQL
 from context_engine.storage.vectors import register_vector_types, vector_array
 from context_engine.write_access import WriteAccess, target_of
 
@@ -52,19 +54,12 @@ async def find_by_identity(
 
     ``for_update`` row-locks it until the caller's transaction ends (a writer re-reading it).
     """
-    row = (
-        (
-            await conn.execute(
-                text(
-                    "SELECT id, content_hash, status, version FROM ce_documents WHERE source_id = :s AND name = :n"
-                    + (" FOR UPDATE" if for_update else "")
-                ),
-                {"s": source_id, "n": name},
-            )
-        )
-        .mappings()
-        .first()
-    )
+    sql = "SELECT id, content_hash, status, version FROM ce_documents WHERE source_id = :s AND name = :n"
+    params = {"s": source_id, "n": name}
+    if for_update and await layout.distributed(conn):  # rows on several shards: locked one by one
+        await layout.lock_documents(conn, [str(r[0]) for r in await conn.execute(text(sql), params)])
+        for_update = False
+    row = (await conn.execute(text(sql + (" FOR UPDATE" if for_update else "")), params)).mappings().first()
     return dict(row) if row else None
 
 
@@ -74,7 +69,9 @@ def identity_key(source_id: str, name: str) -> str:
     return f"{len(source_id)}:{source_id}/{name}"
 
 
-_LEASE_UNTIL = "clock_timestamp() + make_interval(secs => CAST(:t AS double precision))"
+#: a lease's end, from the start of the statement that takes or renews it: statement_timestamp() is stable
+#: within the statement, which a distributed (Citus) UPDATE requires of every function it evaluates
+_LEASE_UNTIL = "statement_timestamp() + make_interval(secs => CAST(:t AS double precision))"
 
 
 async def find_identities(
@@ -83,14 +80,16 @@ async def find_identities(
     """:func:`find_by_identity` for many ``(source_id, name)`` pairs in one statement."""
     if not identities:
         return {}
-    rows = await conn.execute(
-        text(
-            "SELECT d.id, d.source_id, d.name, d.content_hash, d.status, d.version FROM ce_documents d "
-            "JOIN unnest(CAST(:s AS text[]), CAST(:n AS text[])) AS x(s, n) ON d.source_id = x.s AND d.name = x.n "
-            "ORDER BY d.id" + (" FOR UPDATE OF d" if for_update else "")
-        ),
-        {"s": [i[0] for i in identities], "n": [i[1] for i in identities]},
+    sql = (
+        "SELECT d.id, d.source_id, d.name, d.content_hash, d.status, d.version FROM ce_documents d "
+        "JOIN unnest(CAST(:s AS text[]), CAST(:n AS text[])) AS x(s, n) ON d.source_id = x.s AND d.name = x.n "
+        "ORDER BY d.id"
     )
+    params = {"s": [i[0] for i in identities], "n": [i[1] for i in identities]}
+    if for_update and await layout.distributed(conn):  # rows on several shards: locked one by one
+        await layout.lock_documents(conn, [str(r[0]) for r in await conn.execute(text(sql), params)])
+        for_update = False
+    rows = await conn.execute(text(sql + (" FOR UPDATE OF d" if for_update else "")), params)
     return {(r["source_id"], r["name"]): dict(r) for r in rows.mappings()}
 
 
@@ -499,12 +498,15 @@ async def close_versions(
         text(
             "UPDATE ce_documents d SET text = CASE WHEN CAST(:cap AS integer) IS NULL THEN t.txt "
             "ELSE left(t.txt, CAST(:cap AS integer)) END, meta = jsonb_set(CASE WHEN length(t.txt) > "
-            "CAST(:cap AS integer) THEN d.meta || jsonb_build_object('text_truncated', true) ELSE d.meta END, "
-            "'{embedding_progress}', "
-            # the document's own counts: chunks whose vector was copied from the last version are done
-            "jsonb_build_object('done', t.total - t.pending, 'total', t.total, 'tokens', 0)) FROM (SELECT "
+            "CAST(:cap AS integer) THEN d.meta || CAST('{\"text_truncated\": true}' AS jsonb) ELSE d.meta END, "
+            # the progress is built in the subquery: a distributed (Citus) UPDATE evaluates no stable
+            # function of a column itself. The document's own counts: chunks whose vector was copied
+            # from the last version are done
+            "'{embedding_progress}', t.progress) FROM (SELECT "
             "c.document_id, coalesce(string_agg(c.text, E'\\n\\n' ORDER BY c.position), '') AS txt, "
-            "count(*) AS total, count(*) FILTER (WHERE c.embedding IS NULL) AS pending FROM ce_chunks c "
+            "count(*) FILTER (WHERE c.embedding IS NULL) AS pending, jsonb_build_object('done', "
+            "count(*) FILTER (WHERE c.embedding IS NOT NULL), 'total', count(*), 'tokens', 0) AS progress "
+            "FROM ce_chunks c "
             "JOIN unnest(CAST(:ids AS uuid[]), CAST(:vs AS integer[])) AS x(id, v) "
             "ON c.document_id = x.id AND c.version = x.v GROUP BY 1) t "
             "WHERE d.id = t.document_id RETURNING CAST(d.id AS text), t.pending"
@@ -628,6 +630,27 @@ _VERSION_TEXT = (
 _VERSION_FROM = "FROM ce_document_versions v LEFT JOIN ce_documents d ON d.id = v.document_id"
 
 
+def _live(column: str) -> str:
+    return f"(SELECT d.{column} FROM ce_documents d WHERE d.id = v.document_id)"
+
+
+#: the same columns for a distributed (Citus) schema, which refuses correlated subqueries beside columns
+#: of an outer-joined table: the live document's columns are lookups on the document's key as well
+_DISTRIBUTED_VERSION_COLUMNS = (
+    _VERSION_COLUMNS.replace("CASE WHEN d.version = v.version", f"CASE WHEN {_live('version')} = v.version")
+    .replace("THEN d.status", f"THEN {_live('status')}")
+    .replace("THEN d.failure_reason", f"THEN {_live('failure_reason')}")
+    .replace("THEN d.error", f"THEN {_live('error')}")
+)
+
+
+def _version_sql(distributed: bool) -> tuple[str, str]:
+    """``(columns, FROM clause)`` of a document as one of its versions answers, for the layout."""
+    if distributed:
+        return _DISTRIBUTED_VERSION_COLUMNS, "FROM ce_document_versions v"
+    return _VERSION_COLUMNS, _VERSION_FROM
+
+
 async def get_document(
     db: AsyncEngine, document_id: str, scope: ReadScope, *, with_text: bool, version: int | None = None
 ) -> dict[str, Any] | None:
@@ -649,9 +672,11 @@ async def get_document(
             where += scope.today("v", params, history=True)
         else:
             where = scope.version_predicate("v", params)
-        cols = _VERSION_COLUMNS + (_VERSION_TEXT if with_text else "")
-        sql = f"SELECT {cols} {_VERSION_FROM} WHERE v.document_id = CAST(:id AS uuid) AND {where}"
+        sql = f"WHERE v.document_id = CAST(:id AS uuid) AND {where}"
     async with db.connect() as conn:
+        if version is not None or scope.historical:
+            cols, source = _version_sql(await layout.distributed(conn))
+            sql = f"SELECT {cols}{_VERSION_TEXT if with_text else ''} {source} {sql}"
         row = (await conn.execute(text(sql), params)).mappings().first()
     return dict(row) if row else None
 
@@ -701,9 +726,12 @@ async def list_documents(
     db: AsyncEngine, scope: ReadScope, *, limit: int, after: tuple[str, str] | None
 ) -> list[dict[str, Any]]:
     params: dict[str, Any] = {"limit": limit}
+    async with db.connect() as conn:
+        distributed = await layout.distributed(conn)
     if scope.historical:
         versions = scope.version_predicate("v", params)
-        sql = f"SELECT * FROM (SELECT {_VERSION_COLUMNS} {_VERSION_FROM} WHERE {versions}) d"
+        cols, source = _version_sql(distributed)
+        sql = f"SELECT * FROM (SELECT {cols} {source} WHERE {versions}) d"
         where = "TRUE"
     else:
         sql = f"SELECT {_DOC_COLUMNS} FROM ce_documents d"
@@ -750,6 +778,8 @@ async def update_document(
         if current is None:
             return None
         access.check(target_of(dict(current)), scope.principals)
+        if (name is not None or acl is not None) and await layout.distributed(conn):
+            await _claim_identity(conn, dict(current), name=name, acl=acl)
         revision = await next_revision(conn)
         sets = ["updated_revision = :r", "updated_at = now()"]
         values: dict[str, Any] = {"id": document_id, "r": revision}
@@ -780,6 +810,29 @@ async def update_document(
         await _open_metadata_version(conn, values)
         await bm25_stats.admit(conn, document_id)
         return revision
+
+
+async def _claim_identity(
+    conn: AsyncConnection, current: dict[str, Any], *, name: str | None, acl: Sequence[str] | None
+) -> None:
+    """What the unique index on ``(source_id, name, acl)`` answers on one node, for a distributed schema,
+    which cannot keep that index (it lacks the distribution key): the identity a rename or an ACL change
+    moves the document to is locked as a writer of it locks it (``DocumentBusy`` while one holds it),
+    then refused with ``NameTaken`` when another document holds it."""
+    new_name = current["name"] if name is None else name
+    new_acl = list(current["acl"]) if acl is None else list(acl)
+    key = identity_key(current["source_id"], new_name)
+    if not await conn.scalar(text(f"SELECT pg_try_advisory_xact_lock({LOCK_ID_SQL})"), {"k": key}):
+        raise DocumentBusy()
+    taken = await conn.scalar(
+        text(
+            "SELECT 1 FROM ce_documents WHERE source_id = :s AND name = :n AND acl = CAST(:acl AS text[]) "
+            "AND id <> CAST(:id AS uuid) LIMIT 1"
+        ),
+        {"s": current["source_id"], "n": new_name, "acl": new_acl, "id": str(current["id"])},
+    )
+    if taken:
+        raise NameTaken()
 
 
 async def _open_metadata_version(conn: AsyncConnection, values: dict[str, Any]) -> None:
@@ -881,6 +934,21 @@ _HIT_NAME = (
 )
 
 
+#: the same name as joins, for a distributed (Citus) schema, which refuses a lateral subquery without FROM
+#: around correlated lookups; the joins are on the document, the distribution column, so stay on one shard
+_HIT_NAME_JOINS = (
+    "LEFT JOIN ce_document_versions hv ON hv.document_id = c.document_id AND hv.version = c.version "
+    "LEFT JOIN ce_documents hd ON hd.id = c.document_id"
+)
+
+
+def _hit_name(distributed: bool) -> tuple[str, str]:
+    """``(FROM clause addition over ce_chunks c, the name's expression)`` for the layout."""
+    if distributed:
+        return _HIT_NAME_JOINS, "coalesce(hv.name, hd.name)"
+    return f"CROSS JOIN LATERAL ({_HIT_NAME}) n", "n.name"
+
+
 async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> dict[int, dict[str, Any]]:
     """Load the fused winners (the predicate is applied again: cheap, and never trusts ids)."""
     if not ids:
@@ -890,12 +958,13 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
     # written without a version row, as a bulk load may, fall back to the live document's name).
     # Looked up per row by primary key, the document only when the version has no name (coalesce
     # stops at its first non-null argument): a join let the planner hash the whole versions table.
-    sql = (
-        "SELECT c.id, c.document_id, n.name AS document_name, c.text, c.source_id, c.position, "
-        f"c.section, c.page, c.kind, c.version FROM ce_chunks c CROSS JOIN LATERAL ({_HIT_NAME}) n "
-        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND n.name IS NOT NULL AND {scope.predicate('c', params)}"
-    )
     async with db.connect() as conn:
+        joins, name = _hit_name(await layout.distributed(conn))
+        sql = (
+            f"SELECT c.id, c.document_id, {name} AS document_name, c.text, c.source_id, c.position, "
+            f"c.section, c.page, c.kind, c.version FROM ce_chunks c {joins} "
+            f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND {name} IS NOT NULL AND {scope.predicate('c', params)}"
+        )
         return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
 
 
@@ -913,10 +982,18 @@ async def group_hits(
     if not ids:
         return {}, 0
     params: dict[str, Any] = {"ids": list(ids), "top_docs": documents, "per_doc": per_document}
+    async with db.connect() as conn:
+        joins, name = _hit_name(await layout.distributed(conn))
+        return await _group_hits(conn, joins, name, scope, params)
+
+
+async def _group_hits(
+    conn: AsyncConnection, joins: str, name: str, scope: ReadScope, params: dict[str, Any]
+) -> tuple[dict[int, dict[str, Any]], int]:
     sql = (
         "WITH f AS (SELECT f.id, f.ord FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS f(id, ord)), "
-        "v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, n.name FROM f JOIN ce_chunks c ON c.id = f.id "
-        f"CROSS JOIN LATERAL ({_HIT_NAME}) n WHERE n.name IS NOT NULL AND {scope.predicate('c', params)}), "
+        f"v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, {name} AS name FROM f JOIN ce_chunks c ON c.id = f.id "
+        f"{joins} WHERE {name} IS NOT NULL AND {scope.predicate('c', params)}), "
         "d AS MATERIALIZED (SELECT v.document_id, min(v.ord) AS first FROM v GROUP BY v.document_id), "
         "top AS (SELECT d.document_id, d.first FROM d ORDER BY d.first LIMIT :top_docs), "
         "p AS (SELECT v.id, v.ord, v.name, top.first, "
@@ -926,9 +1003,8 @@ async def group_hits(
         "c.section, c.page, c.kind, c.version, (SELECT count(*) FROM d) AS documents "
         "FROM p JOIN ce_chunks c ON c.id = p.id WHERE p.k <= :per_doc ORDER BY p.first, p.ord"
     )
-    async with db.connect() as conn:
-        result = await conn.execute(text(sql), params)
-        keys, found = list(result.keys())[:-1], result.all()
+    result = await conn.execute(text(sql), params)
+    keys, found = list(result.keys())[:-1], result.all()
     if not found:
         return {}, 0
     return {int(r[0]): dict(zip(keys, r, strict=False)) for r in found}, int(found[0][-1])
@@ -936,12 +1012,13 @@ async def group_hits(
 
 async def stats(db: AsyncEngine, scope: ReadScope) -> dict[str, Any]:
     params: dict[str, Any] = {}
-    if scope.historical:
-        rows = f"(SELECT {_VERSION_COLUMNS} {_VERSION_FROM} WHERE {scope.version_predicate('v', params)}) d"
-        where = "TRUE"
-    else:
-        rows, where = "ce_documents d", _doc_scope(scope, params)
     async with db.connect() as conn:
+        if scope.historical:
+            cols, source = _version_sql(await layout.distributed(conn))
+            rows = f"(SELECT {cols} {source} WHERE {scope.version_predicate('v', params)}) d"
+            where = "TRUE"
+        else:
+            rows, where = "ce_documents d", _doc_scope(scope, params)
         by_status = {
             r[0]: int(r[1])
             for r in await conn.execute(text(f"SELECT d.status, count(*) FROM {rows} WHERE {where} GROUP BY 1"), params)

@@ -7,12 +7,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg import sql as pgsql
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.errors import StorageUnavailable
 from context_engine.retrieval import planner, query_shape
 from context_engine.retrieval.planner import VectorPlan
+from context_engine.storage import layout
 from context_engine.storage.predicates import ReadScope
 from context_engine.storage.vectors import vector_literal
 
@@ -92,16 +94,28 @@ async def _forced_index_scan(
     for i, (name, value) in enumerate(settings.items()):
         values[f"g{i}"], values[f"s{i}"] = name, value
     gucs = ", ".join(f"set_config(%(g{i})s, %(s{i})s, true)" for i in range(len(settings)))
+    # On a distributed (Citus) schema the shards plan the scan: Citus passes SET LOCAL on to the shards'
+    # connections (citus.propagate_set_commands, set by migrations/citus/), never set_config
+    distributed = await layout.distributed(conn)
     compiled = statement.compile(dialect=conn.dialect)
     raw = (await conn.get_raw_connection()).driver_connection
     assert raw is not None  # a checked-out connection always has its driver connection
     try:
         async with raw.pipeline(), raw.transaction():
-            await raw.execute(f"SELECT {gucs}", values)
+            if distributed:
+                for name, value in settings.items():
+                    await raw.execute(pgsql.SQL("SET LOCAL {} = {}").format(_setting(name), pgsql.Literal(value)))
+            else:
+                await raw.execute(f"SELECT {gucs}", values)
             cursor = await raw.execute(compiled.string, compiled.construct_params(params))
         return list(await cursor.fetchall())
     except psycopg.OperationalError as exc:  # the driver's own error: SQLAlchemy's translation is bypassed
         raise StorageUnavailable("the database could not be reached; retry shortly") from exc
+
+
+def _setting(name: str) -> pgsql.Composable:
+    """A setting's name for ``SET LOCAL`` (``hnsw.ef_search``: each part an identifier)."""
+    return pgsql.SQL(".").join(pgsql.Identifier(part) for part in name.split("."))
 
 
 async def plan_for(db: AsyncEngine, scope: ReadScope, config: ContextEngineConfig, *, limit: int = 10) -> VectorPlan:
