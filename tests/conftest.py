@@ -173,7 +173,9 @@ def database_url(pg_base_url: str, request: pytest.FixtureRequest) -> Iterator[s
     """A new database for one test (dropped afterwards): empty, or migrated when the test asks
     (``migrated_schema`` in its fixtures, or the ``migrated`` marker)."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    schema = _wanted_schema(request)
+    # a server of the caller's own (CE_TEST_DATABASE_URL, e.g. a Citus coordinator) gets empty databases
+    # the engine migrates itself: a template copy would not copy a cluster's shards
+    schema = None if os.environ.get("CE_TEST_DATABASE_URL") else _wanted_schema(request)
     if schema is None:
         with psycopg.connect(pg_base_url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

@@ -189,10 +189,11 @@ async def test_hidden_documents_change_neither_results_nor_scores(database_url: 
         for i in range(8, 14):  # restricted documents, full of the query's words
             await engine.ingest(text=(" ".join(WORDS) + " ") * 5 + "\n\n" + body(i), name=f"s{i}.md", acl=["group:sec"])
         for query in QUERIES:
-            assert await leg(engine, query, ReadScope(())) == before[query]
+            assert_same(await leg(engine, query, ReadScope(())), before[query], query)
             insider = await leg(engine, query, ReadScope(("group:sec",)))
             assert insider != before[query]
-            assert await leg(engine, query, ReadScope(None)) == insider
+            # the same rows in another order of summation may differ in the last bit
+            assert_same(await leg(engine, query, ReadScope(None)), insider, query)
 
 
 async def test_a_past_revision_is_scored_as_it_was_under_todays_acl(database_url: str) -> None:

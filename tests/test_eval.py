@@ -148,6 +148,7 @@ def test_leg_configurations_follow_the_weights() -> None:
         "trigram": 1.0,
         "vector": 0.0,
         "graph": 0.0,
+        "document_fts": 0.0,
     }
 
 
