@@ -9,41 +9,17 @@ bounded, chunks scored, time, and whether the two answers are the same (they mus
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Sequence
 from typing import Any
 
+import bm25_passes  # the script's own folder is on the path, as for run.py
+
 from context_engine import ContextEngine
-from context_engine.retrieval import bm25, lexical
-from context_engine.storage.predicates import ReadScope
 
 
 async def _one(engine: ContextEngine, query: str, limit: int, kept: bool) -> tuple[list[int], dict[str, Any], float]:
-    config = engine.services.config.search
-    params: dict[str, Any] = {"lx_cfg": engine.services.text_search_config, "limit": limit}
-    tsquery = lexical.tsquery_sql(query, match=config.lexical_match, params=params, stopwords=config.lexical_stopwords)
-    if tsquery is None:
-        return [], {"candidates": 0, "scored": 0, "pass": "none"}, 0.0
-    scope = ReadScope(None)
-    report: dict[str, Any] = {}
-    db = await engine.services.reads()
-    started = time.perf_counter()
-    async with db.connect() as conn:
-        rows = await bm25.rank(
-            conn,
-            tsquery=tsquery,
-            terms=lexical.terms_sql(params),
-            chunk_predicate=scope.predicate("c", params),
-            stats_scope={"principals": None, "source_ids": None},
-            params=params,
-            k1=config.bm25.k1,
-            b=config.bm25.b,
-            limit=limit,
-            report=report,
-            direct_factor=0.0,
-            kept_bounds=kept,
-        )
-    return [cid for cid, _ in rows], report, (time.perf_counter() - started) * 1000
+    rows, report, ms = await bm25_passes.one(engine, query, limit, {"direct_factor": 0.0, "kept_bounds": kept})
+    return [cid for cid, _ in rows], report, ms
 
 
 async def compare(engine: ContextEngine, queries: Sequence[str], limit: int = 50) -> list[str]:

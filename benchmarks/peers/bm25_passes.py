@@ -29,7 +29,7 @@ PASSES: dict[str, dict[str, Any]] = {
 }
 
 
-async def _one(
+async def one(
     engine: ContextEngine, query: str, limit: int, options: dict[str, Any]
 ) -> tuple[list[tuple[int, float]], dict[str, Any], float]:
     config = engine.services.config.search
@@ -75,12 +75,12 @@ async def compare(engine: ContextEngine, queries: Sequence[str], limit: int = 20
     same = {label: 0 for label in labels}
     taken: dict[str, dict[str, int]] = {label: {} for label in labels}
     for label in labels:  # warm each once
-        await _one(engine, queries[0], limit, PASSES[label])
+        await one(engine, queries[0], limit, PASSES[label])
     for n, query in enumerate(queries):
         order = labels[n % len(labels) :] + labels[: n % len(labels)]
         answers = {}
         for label in order:
-            rows, report, ms = await _one(engine, query, limit, PASSES[label])
+            rows, report, ms = await one(engine, query, limit, PASSES[label])
             answers[label] = rows
             taken[label][report["pass"]] = taken[label].get(report["pass"], 0) + 1
             for key, value in (("candidates", report["candidates"]), ("ms", ms)):
