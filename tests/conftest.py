@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import tempfile
 import threading
 import time
@@ -21,6 +22,13 @@ from context_engine import ContextEngine, ContextEngineConfig
 from context_engine.storage import embedded
 from context_engine.storage.database import Database
 from context_engine.storage.migrate import migrate
+
+# A shell without job control starts a background job (`make test &`, a second copy of the suite)
+# with SIGINT ignored, and an ignored signal stays ignored in every process the tests then start:
+# the tests that press Ctrl-C on a host would see it do nothing. A terminal's foreground job has
+# the default, so the tests' processes get it back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def server_dir() -> Path:
