@@ -42,7 +42,7 @@ from context_engine.storage import repository as repo
 from context_engine.storage import session_locks, stored_text
 
 if TYPE_CHECKING:
-    from context_engine.ingest.extractors.vision import PageTranscriber
+    from context_engine.ingest.extractors.page_transcriber import PageTranscriber
     from context_engine.services import Services
 
 log = logging.getLogger("context_engine.ingest")

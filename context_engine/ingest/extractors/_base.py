@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
 
 if TYPE_CHECKING:
-    from context_engine.ingest.extractors.vision import PageTranscriber
+    from context_engine.ingest.extractors.page_transcriber import PageTranscriber
 
 #: How many leading bytes format sniffing and the text plausibility check look at.
 HEAD_BYTES = 64 * 1024

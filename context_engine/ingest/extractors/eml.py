@@ -19,6 +19,7 @@ from context_engine.errors import IngestTooLarge
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
 from context_engine.ingest.extractors import detect
 from context_engine.ingest.extractors._base import Source, extractor, no_text
+from context_engine.ingest.extractors.dispatch import extract_source
 from context_engine.ingest.extractors.text import paragraphs
 
 _HEADERS = ("From", "To", "Cc", "Subject", "Date")
@@ -36,8 +37,6 @@ def _body_units(message: EmailMessage, subject: str | None, depth: int) -> list[
     if not isinstance(content, str) or not content.strip():
         return []
     if body.get_content_subtype() == "html":
-        from context_engine.ingest.extractors import extract_source
-
         try:
             html = extract_source(
                 Source(data=content.encode("utf-8"), name="body.html", depth=depth + 1), mime=detect.HTML
@@ -64,8 +63,6 @@ def _attachment_bytes(part: EmailMessage) -> bytes:
 @extractor(detect.EML)
 def extract_eml(source: Source) -> Extracted:
     """Headers, body, then each attachment through :func:`extract` (failures noted, not fatal)."""
-    from context_engine.ingest.extractors import extract_source
-
     message = email.message_from_bytes(source.read(), policy=policy.default)
     assert isinstance(message, EmailMessage)
     headers = {name: str(message[name]) for name in _HEADERS if message[name] is not None}
