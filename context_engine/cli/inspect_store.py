@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from context_engine.config import ContextEngineConfig
+from context_engine.cli.settings import config_for
 from context_engine.principals import TRUSTED, Principals
 
 COMMANDS = ("search", "stats", "get", "check-database")
@@ -66,16 +66,12 @@ def caller(args: argparse.Namespace) -> Principals:
     return [p.strip() for p in args.principals.split(",") if p.strip()]
 
 
-def _config(database_url: str | None) -> ContextEngineConfig:
-    return ContextEngineConfig(database_url=database_url) if database_url else ContextEngineConfig()
-
-
 async def run(args: argparse.Namespace) -> int:
     if args.command == "check-database":
         return await _check_database(args)
     from context_engine.engine import ContextEngine
 
-    async with ContextEngine(_config(args.database_url)) as engine:
+    async with ContextEngine(config_for(args.database_url)) as engine:
         if args.command == "search":
             result = await engine.search(
                 args.query, principals=caller(args), top_k=args.top_k, source_ids=args.source_id
@@ -124,7 +120,7 @@ async def _check_database(args: argparse.Namespace) -> int:
     from context_engine.storage.migrate import wanted_revisions
     from context_engine.storage.readiness import check_readiness, format_readiness
 
-    db = Database(_config(args.database_url))
+    db = Database(config_for(args.database_url))
     try:
         async with (await db.engine()).connect() as conn:
             found = await check_readiness(conn, wanted_revisions(set()))

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from context_engine.cli.settings import config_for
 from context_engine.config import ContextEngineConfig
 from context_engine.errors import ContextEngineError
 from context_engine.principals import TRUSTED
@@ -105,8 +106,7 @@ def _describe(exc: Exception) -> str:
 def _engine(database_url: str | None) -> Any:
     from context_engine.engine import ContextEngine
 
-    config = ContextEngineConfig(database_url=database_url) if database_url else ContextEngineConfig()
-    return ContextEngine(config)
+    return ContextEngine(config_for(database_url))
 
 
 def _read_config(source: str) -> dict[str, Any]:

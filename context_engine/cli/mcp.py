@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from context_engine.config import ContextEngineConfig
+from context_engine.cli.settings import config_for
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from context_engine.engine import ContextEngine
     from context_engine.storage.scope import UNSCOPED
 
-    config = ContextEngineConfig(database_url=args.database_url) if args.database_url else ContextEngineConfig()
+    config = config_for(args.database_url)
     engine = ContextEngine(config)
     from context_engine.mcp.app import LOOPBACK_HOSTS
 

@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from context_engine.cli.settings import config_for
 from context_engine.errors import ContextEngineError
 from context_engine.ingest.batch_poll import BatchOutcome
 
@@ -51,10 +52,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _poll(database_url: str | None) -> list[BatchOutcome]:
-    from context_engine.config import ContextEngineConfig
     from context_engine.engine import ContextEngine
 
-    config = ContextEngineConfig(database_url=database_url) if database_url else ContextEngineConfig()
+    config = config_for(database_url)
     async with ContextEngine(config) as engine:
         return await engine.poll_batches()
 
