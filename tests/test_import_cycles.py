@@ -88,8 +88,8 @@ def test_the_graph_sees_imports_wherever_they_sit() -> None:
     assert graph.has_edge("context_engine.retrieval.leg", "context_engine.config")  # under TYPE_CHECKING
     assert graph.has_edge("context_engine.tools.mcp_oauth", "context_engine.tools.mcp_oauth_store")  # in a function
     # ``from package import module`` points at the module, not at the package
-    assert graph.has_edge("context_engine.ingest.extractors.eml", "context_engine.ingest.extractors.detect")
-    assert not graph.has_edge("context_engine.ingest.extractors.eml", "context_engine.ingest.extractors")
+    assert graph.has_edge("context_engine.ingest.formats.eml", "context_engine.ingest.formats.detect")
+    assert not graph.has_edge("context_engine.ingest.formats.eml", "context_engine.ingest.formats")
 
 
 def test_a_cycle_is_found_and_named() -> None:

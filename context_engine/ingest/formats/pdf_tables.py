@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from context_engine.ingest.extracted import Unit
-from context_engine.ingest.extractors._base import Source, pipe_table
-from context_engine.ingest.extractors.text import paragraphs
+from context_engine.ingest.formats._base import Source, pipe_table
+from context_engine.ingest.formats.text import paragraphs
 
 
 def available() -> bool:

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors import detect, pdf_tables
-from context_engine.ingest.extractors._base import Source, extractor, no_text
-from context_engine.ingest.extractors.text import paragraphs
+from context_engine.ingest.formats import detect, pdf_tables
+from context_engine.ingest.formats._base import Source, extractor, no_text
+from context_engine.ingest.formats.text import paragraphs
 
 OCR_HINT = (
     'install the OCR extra with pip install "pg-context-engine[ocr]" and the Tesseract OCR engine '
@@ -143,7 +143,7 @@ def extract_pdf(source: Source) -> Extracted:
             meta["title"] = str(title)
     if scanned and source.vision is not None:
         # after pypdf is done with the stream: the pages are rendered from a pass of their own
-        from context_engine.ingest.extractors import vision
+        from context_engine.ingest.formats import vision
 
         tokens_before = source.vision.tokens
         numbers = [number for number, _ in scanned]
@@ -170,7 +170,7 @@ def extract_image(source: Source) -> Extracted:
     """An image is all scan: read by ``vision_llm`` when one is configured, else OCR every frame (a
     multi-page TIFF is one frame per page)."""
     if source.vision is not None:
-        from context_engine.ingest.extractors.vision import transcribe_image
+        from context_engine.ingest.formats.vision import transcribe_image
 
         return transcribe_image(source)
     engine = ocr_engine()

@@ -3,7 +3,7 @@
 Why a model when one is configured: Tesseract returns a run of words, so a scanned table reaches
 the index with its columns lost; a vision model writes the page back as Markdown, headings as
 headings and tables as pipe tables, which the Markdown reader turns into sections and table units.
-The model is asked through :class:`~context_engine.ingest.extractors.page_transcriber.PageTranscriber`
+The model is asked through :class:`~context_engine.ingest.formats.page_transcriber.PageTranscriber`
 (the ``source.vision`` of an extraction).
 
 Page rasterisation needs the ``vision`` extra (pypdfium2, which bundles its own PDF renderer, and
@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import Source, no_text
-from context_engine.ingest.extractors.text import MarkdownPages
+from context_engine.ingest.formats import detect
+from context_engine.ingest.formats._base import Source, no_text
+from context_engine.ingest.formats.text import MarkdownPages
 from context_engine.llm.base import ImageInput
 
 VISION_HINT = 'install page rasterisation with pip install "pg-context-engine[vision]"'

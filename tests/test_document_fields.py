@@ -14,8 +14,8 @@ from sqlalchemy import text as sql_text
 
 from context_engine import TRUSTED, ContextEngine, extract_structured_data
 from context_engine.config import LLMConfig
+from context_engine.document_fields import extract_document_fields
 from context_engine.errors import InvalidRequest, NotFound
-from context_engine.extraction import extract_document_fields
 from context_engine.hooks import ErrorEvent, Hooks
 from context_engine.llm.structured import LLMNotConfigured
 from context_engine.redaction import RedactionPolicy, RedactionRule

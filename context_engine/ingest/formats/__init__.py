@@ -15,9 +15,9 @@ the tabular formats it surfaces while iterating ``Extracted.units``, not from ``
 from __future__ import annotations
 
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors._base import REGISTRY, Extractor, Source, register
-from context_engine.ingest.extractors.detect import detect_format
-from context_engine.ingest.extractors.dispatch import MAX_DEPTH, extract, extract_source, registered_formats
+from context_engine.ingest.formats._base import REGISTRY, Extractor, Source, register
+from context_engine.ingest.formats.detect import detect_format
+from context_engine.ingest.formats.dispatch import MAX_DEPTH, extract, extract_source, registered_formats
 
 __all__ = [
     "MAX_DEPTH",
@@ -36,12 +36,12 @@ __all__ = [
 
 # The built-in formats register themselves on import; the heavy libraries inside each are
 # imported only when a file of that format arrives.
-from context_engine.ingest.extractors import eml as _eml
-from context_engine.ingest.extractors import html as _html
-from context_engine.ingest.extractors import jsondoc as _jsondoc
-from context_engine.ingest.extractors import office as _office
-from context_engine.ingest.extractors import pdf as _pdf
-from context_engine.ingest.extractors import tabular as _tabular
-from context_engine.ingest.extractors import text as _text
+from context_engine.ingest.formats import eml as _eml
+from context_engine.ingest.formats import html as _html
+from context_engine.ingest.formats import jsondoc as _jsondoc
+from context_engine.ingest.formats import office as _office
+from context_engine.ingest.formats import pdf as _pdf
+from context_engine.ingest.formats import tabular as _tabular
+from context_engine.ingest.formats import text as _text
 
 del _eml, _html, _jsondoc, _office, _pdf, _tabular, _text

@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.compute.frames import CallerScope, document_visibility
+from context_engine.compute.frames import document_visibility
+from context_engine.storage.predicates import ReadScope
 
 
 async def save_fields(
@@ -67,7 +68,7 @@ async def stored_chunks(sql: AsyncEngine, document_id: str) -> tuple[int, list[s
         return int(version), list(texts)
 
 
-async def field_catalogue(sql: AsyncEngine, scope: CallerScope) -> list[dict[str, Any]]:
+async def field_catalogue(sql: AsyncEngine, scope: ReadScope) -> list[dict[str, Any]]:
     """Each extracted field name with its type and how many visible documents carry it."""
     params: dict[str, Any] = {}
     where = document_visibility("d", params, scope)
@@ -82,7 +83,7 @@ async def field_catalogue(sql: AsyncEngine, scope: CallerScope) -> list[dict[str
 
 
 async def documents_with_fields(
-    sql: AsyncEngine, scope: CallerScope, names: list[str], limit: int
+    sql: AsyncEngine, scope: ReadScope, names: list[str], limit: int
 ) -> list[dict[str, Any]]:
     """Visible documents carrying any of ``names``, newest first, with their stored fields."""
     params: dict[str, Any] = {"names": names, "limit": limit}

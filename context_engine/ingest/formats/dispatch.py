@@ -13,12 +13,12 @@ from typing import IO, TYPE_CHECKING
 
 from context_engine.errors import IngestTooLarge
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import REGISTRY, Source
-from context_engine.ingest.extractors.detect import detect_format
+from context_engine.ingest.formats import detect
+from context_engine.ingest.formats._base import REGISTRY, Source
+from context_engine.ingest.formats.detect import detect_format
 
 if TYPE_CHECKING:
-    from context_engine.ingest.extractors.page_transcriber import PageTranscriber
+    from context_engine.ingest.formats.page_transcriber import PageTranscriber
 
 #: How deep attachments inside attachments are followed (an e-mail quoting an e-mail …).
 MAX_DEPTH = 4

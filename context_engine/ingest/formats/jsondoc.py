@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import Source, decode_text, extractor, no_text
+from context_engine.ingest.formats import detect
+from context_engine.ingest.formats._base import Source, decode_text, extractor, no_text
 
 #: Nesting beyond this is flattened into its parent's line as compact JSON.
 MAX_DEPTH = 64

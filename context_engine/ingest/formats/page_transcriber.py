@@ -10,7 +10,7 @@ so a large document's second extraction pass pays for no page twice.
 The model sees the raw page (there is no redacting an image before it is read); its reply is
 untrusted text: a wrapping code fence and control characters are removed here, and the ingest
 pipeline scrubs it like any other extracted text before it is stored, indexed or embedded.
-Rendering the pages is :mod:`context_engine.ingest.extractors.vision`'s.
+Rendering the pages is :mod:`context_engine.ingest.formats.vision`'s.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 from context_engine.ingest.extracted import Extracted, Unit
-from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import SectionReader, Source, decode_text, extractor, no_text
+from context_engine.ingest.formats import detect
+from context_engine.ingest.formats._base import SectionReader, Source, decode_text, extractor, no_text
 
 _BLANK_RUN = re.compile(r"\n[ \t]*\n+")
 

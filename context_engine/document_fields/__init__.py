@@ -4,7 +4,7 @@
 :func:`query_meta` answers "the invoice date of every invoice" from the stored fields.
 """
 
-from context_engine.extraction.extract import (
+from context_engine.document_fields.extract import (
     HINT_TYPES,
     check_hints,
     extract_document_fields,
@@ -12,7 +12,7 @@ from context_engine.extraction.extract import (
     extract_structured_data,
     hinted_schema,
 )
-from context_engine.extraction.query import query_meta
+from context_engine.document_fields.query import query_meta
 
 __all__ = [
     "HINT_TYPES",

@@ -16,7 +16,7 @@ import re
 import zipfile
 from typing import IO
 
-from context_engine.ingest.extractors._base import bom_encoding, looks_binary
+from context_engine.ingest.formats._base import bom_encoding, looks_binary
 
 PDF = "application/pdf"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"

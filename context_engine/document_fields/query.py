@@ -12,13 +12,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.compute.frames import CallerScope
 from context_engine.config import LLMConfig
+from context_engine.document_fields.store import documents_with_fields, field_catalogue
 from context_engine.errors import InvalidRequest
-from context_engine.extraction.store import documents_with_fields, field_catalogue
 from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.structured import LLMNotConfigured, structured_call
 from context_engine.redaction.apply import Redactor
+from context_engine.storage.predicates import ReadScope
 
 MAX_QUESTION_CHARS = 4000
 MAX_LIMIT = 500
@@ -35,7 +35,7 @@ async def query_meta(
     sql: AsyncEngine,
     question: str,
     *,
-    scope: CallerScope,
+    scope: ReadScope,
     llm: LLMConfig | None,
     limit: int = 50,
     redactor: Redactor | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import zipfile
 
 from context_engine.ingest.extracted import ExtractionFailed
-from context_engine.ingest.extractors._base import Source
+from context_engine.ingest.formats._base import Source
 
 #: Sum of the members' declared uncompressed sizes above which a container is refused.
 MAX_UNCOMPRESSED_BYTES = 1 << 30

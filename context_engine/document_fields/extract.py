@@ -29,8 +29,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.config import LLMConfig
+from context_engine.document_fields.store import save_fields, stored_chunks
 from context_engine.errors import ContextEngineError, InvalidRequest, NotFound
-from context_engine.extraction.store import save_fields, stored_chunks
 from context_engine.hooks import ErrorEvent, Hooks
 from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.structured import LLMNotConfigured, structured_call

@@ -14,8 +14,8 @@ import re
 from bs4 import BeautifulSoup, Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
 
 from context_engine.ingest.extracted import Extracted
-from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import (
+from context_engine.ingest.formats import detect
+from context_engine.ingest.formats._base import (
     SectionReader,
     Source,
     decode_text,

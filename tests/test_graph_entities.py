@@ -15,8 +15,8 @@ import pytest
 
 from context_engine.config import LLMConfig
 from context_engine.graph.communities import detect
+from context_engine.graph.entities import BATCH_CHARS, BATCH_CHUNKS, ChunkText, batches, extract, parse_reply
 from context_engine.graph.errors import GraphExtractionFailed
-from context_engine.graph.extract import BATCH_CHARS, BATCH_CHUNKS, ChunkText, batches, extract, parse_reply
 from context_engine.graph.normalize import name_key, normalise_name, normalise_type, query_keys
 from context_engine.llm import build_llm
 from tests.fakes import FakeHTTPServer, json_reply
@@ -129,7 +129,7 @@ def test_the_search_path_loads_neither_networkx_nor_extraction() -> None:
     probe = (
         "import sys; from context_engine import ContextEngineConfig; from context_engine.retrieval import registry; "
         "ContextEngineConfig(); assert 'graph' in registry.names(); "
-        "print(sorted(m for m in ('networkx', 'context_engine.graph.extract', 'context_engine.graph.communities') "
+        "print(sorted(m for m in ('networkx', 'context_engine.graph.entities', 'context_engine.graph.communities') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

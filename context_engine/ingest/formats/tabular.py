@@ -31,9 +31,9 @@ from typing import Any
 
 from context_engine.errors import IngestTooLarge
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import DecodeStats, Source, extractor, iter_text_lines
-from context_engine.ingest.extractors.zipguard import check_zip
+from context_engine.ingest.formats import detect
+from context_engine.ingest.formats._base import DecodeStats, Source, extractor, iter_text_lines
+from context_engine.ingest.formats.zipguard import check_zip
 
 #: Rows buffered per sheet before the schema unit is written (types and columns come from these).
 SCHEMA_SAMPLE_ROWS = 100

@@ -1,4 +1,4 @@
-"""Shared plumbing for the extractors: where the bytes come from, the registry, text decoding.
+"""Shared plumbing for the format readers: where the bytes come from, the registry, text decoding.
 
 Kept apart from ``__init__`` so every format module can import it without a cycle.
 """
@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
 
 if TYPE_CHECKING:
-    from context_engine.ingest.extractors.page_transcriber import PageTranscriber
+    from context_engine.ingest.formats.page_transcriber import PageTranscriber
 
 #: How many leading bytes format sniffing and the text plausibility check look at.
 HEAD_BYTES = 64 * 1024

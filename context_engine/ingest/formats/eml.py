@@ -17,10 +17,10 @@ from typing import Any
 
 from context_engine.errors import IngestTooLarge
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import Source, extractor, no_text
-from context_engine.ingest.extractors.dispatch import extract_source
-from context_engine.ingest.extractors.text import paragraphs
+from context_engine.ingest.formats import detect
+from context_engine.ingest.formats._base import Source, extractor, no_text
+from context_engine.ingest.formats.dispatch import extract_source
+from context_engine.ingest.formats.text import paragraphs
 
 _HEADERS = ("From", "To", "Cc", "Subject", "Date")
 

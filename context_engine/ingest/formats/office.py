@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors import detect
-from context_engine.ingest.extractors._base import Source, extractor, no_text, pipe_table
-from context_engine.ingest.extractors.zipguard import check_zip
+from context_engine.ingest.formats import detect
+from context_engine.ingest.formats._base import Source, extractor, no_text, pipe_table
+from context_engine.ingest.formats.zipguard import check_zip
 from context_engine.providers.sdk import import_sdk
 
 #: Words per page for the last-resort page estimate.
