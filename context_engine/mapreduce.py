@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.compute.frames import SPREADSHEET_MIMES, document_visibility
+from context_engine.compute.frames import SPREADSHEET_MIMES
 from context_engine.config import LLMConfig
 from context_engine.errors import ContextEngineError, InvalidRequest
 from context_engine.hooks import Hooks, UsageEvent
@@ -175,7 +175,7 @@ async def map_reduce(
 async def _targets(sql: AsyncEngine, scope: ReadScope, cap: int) -> list[dict[str, Any]]:
     """The ids (and mimes) the run would read: newest first, ``cap`` of them, under the caller's ACL."""
     params: dict[str, Any] = {"n": cap}
-    where = document_visibility("d", params, scope)
+    where = scope.document_predicate("d", params)
     query = (
         f"SELECT d.id, d.mime FROM ce_documents d WHERE d.status = 'completed' AND {where} "
         "ORDER BY d.updated_at DESC, d.id LIMIT :n"
@@ -189,7 +189,7 @@ async def _read(sql: AsyncEngine, scope: ReadScope, ids: list[str], max_chars: i
     if not ids:
         return []
     params: dict[str, Any] = {"chars": max_chars}
-    where = document_visibility("d", params, scope)
+    where = scope.document_predicate("d", params)
     params["ids"] = ids
     where += " AND d.id = ANY(CAST(:ids AS uuid[]))"
     query = f"SELECT d.id, d.name, left(d.text, :chars) AS text FROM ce_documents d WHERE {where}"

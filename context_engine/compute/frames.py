@@ -57,18 +57,6 @@ _TRUE = frozenset({"true", "yes"})
 _FALSE = frozenset({"false", "no"})
 
 
-def document_visibility(alias: str, params: dict[str, Any], scope: ReadScope) -> str:
-    """The visibility predicate on ``ce_documents`` rows (their key column is ``id``)."""
-    return visibility(
-        alias,
-        params,
-        principals=scope.principals,
-        source_ids=scope.source_ids,
-        document_ids=scope.document_ids,
-        document_column="id",
-    )
-
-
 @dataclass
 class SheetRef:
     """One sheet of one stored document, and what compute calls its frame."""
@@ -125,7 +113,7 @@ def assign_keys(sheets: Sequence[SheetRef]) -> list[SheetRef]:
 async def _spreadsheets(conn: Any, scope: ReadScope, max_documents: int) -> list[dict[str, Any]]:
     """The newest ``max_documents`` spreadsheets the caller may see in ``scope`` (id, name, meta)."""
     params: dict[str, Any] = {"mimes": list(SPREADSHEET_MIMES), "n": max_documents}
-    where = document_visibility("d", params, scope)
+    where = scope.document_predicate("d", params)
     query = (
         "SELECT d.id, d.name, d.meta FROM ce_documents d WHERE d.mime = ANY(CAST(:mimes AS text[])) "
         f"AND d.status = 'completed' AND {where} ORDER BY d.updated_at DESC, d.id LIMIT :n"

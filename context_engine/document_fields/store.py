@@ -8,7 +8,6 @@ from typing import Any
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.compute.frames import document_visibility
 from context_engine.storage.predicates import ReadScope
 
 
@@ -71,7 +70,7 @@ async def stored_chunks(sql: AsyncEngine, document_id: str) -> tuple[int, list[s
 async def field_catalogue(sql: AsyncEngine, scope: ReadScope) -> list[dict[str, Any]]:
     """Each extracted field name with its type and how many visible documents carry it."""
     params: dict[str, Any] = {}
-    where = document_visibility("d", params, scope)
+    where = scope.document_predicate("d", params)
     query = (
         "SELECT e.key AS name, e.value AS type, count(*) AS documents FROM ce_document_fields f "
         "JOIN ce_documents d ON d.id = f.document_id AND d.version = f.version "
@@ -87,7 +86,7 @@ async def documents_with_fields(
 ) -> list[dict[str, Any]]:
     """Visible documents carrying any of ``names``, newest first, with their stored fields."""
     params: dict[str, Any] = {"names": names, "limit": limit}
-    where = document_visibility("d", params, scope)
+    where = scope.document_predicate("d", params)
     query = (
         "SELECT d.id, d.source_id, d.name, f.document_type, f.fields FROM ce_document_fields f "
         "JOIN ce_documents d ON d.id = f.document_id AND d.version = f.version "
