@@ -248,8 +248,8 @@ class FusionConfig(BaseModel):
     #: graph 1.0, document_fts 0; ``{"fts": 1, "document_fts": 1, "vector": 1}`` is the measured
     #: setting with the document leg on, benchmarks/README.md "Retrieval quality": see
     #: context_engine/retrieval/legs/), and a leg weighted 0 does not run. Only the weights set here
-    #: are held; ``Retriever.weights()`` is every leg's, and a name no leg has is refused when the
-    #: engine is made (the settings are read before a host registers its legs)
+    #: are held; ``retrieval.registry.weights(fusion.weights)`` is every leg's, and a name no leg has
+    #: is refused when the engine is made (the settings are read before a host registers its legs)
     weights: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("weights")

@@ -11,8 +11,8 @@ chunks as one.
 
 The built-in legs (``fts``, ``trigram``, ``vector``, ``graph``, ``document_fts``) register themselves when
 :mod:`context_engine.retrieval.legs` is imported; :func:`legs` imports it first, so the registry is
-never seen without them. A host or a test adds a leg with :func:`register`. What a leg is (:class:`Leg`) lives in
-:mod:`context_engine.retrieval.leg`.
+never seen without them. A host or a test adds a leg with :func:`register`. What a leg is
+(:class:`~context_engine.retrieval.leg.Leg`) is defined in :mod:`context_engine.retrieval.leg`.
 """
 
 from __future__ import annotations
@@ -50,10 +50,6 @@ def legs() -> list[Leg]:
 
 def names() -> list[str]:
     return [leg.name for leg in legs()]
-
-
-def default_weights() -> dict[str, float]:
-    return {leg.name: leg.default_weight for leg in legs()}
 
 
 def weights(configured: Mapping[str, float]) -> dict[str, float]:
