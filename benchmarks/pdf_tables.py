@@ -14,7 +14,7 @@ import sys
 import time
 import tracemalloc
 
-from context_engine.ingest.extractors import extract
+from context_engine.ingest.formats import extract
 from tests import tablepdf
 
 

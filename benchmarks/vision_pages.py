@@ -22,8 +22,8 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from context_engine.config import VisionLLMConfig
-from context_engine.ingest.extractors import extract
-from context_engine.ingest.extractors.vision import PageTranscriber, build_vision_llm
+from context_engine.ingest.formats import extract
+from context_engine.ingest.formats.page_transcriber import PageTranscriber, build_vision_llm
 from tests.fakes import FakeHTTPServer, Target
 
 MARKDOWN = "# Rates\n\nRates by band.\n\n| Band | Rate |\n| --- | --- |\n| One | 10 |\n| Two | 12 |\n"

@@ -18,6 +18,7 @@ from context_engine.config import (
     SearchConfig,
     StorageConfig,
 )
+from context_engine.document_fields import extract_structured_data
 from context_engine.engine import ContextEngine
 from context_engine.errors import (
     ContextEngineError,
@@ -28,7 +29,6 @@ from context_engine.errors import (
     NotFound,
     ProviderError,
 )
-from context_engine.extraction import extract_structured_data
 from context_engine.knowledge.tool import KNOWLEDGE_ACTIONS, call_knowledge_tool, knowledge_tool_definition
 from context_engine.llm import call_llm
 from context_engine.principals import TRUSTED

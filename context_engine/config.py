@@ -245,34 +245,25 @@ class FusionConfig(BaseModel):
     k: int = Field(default=10, ge=1)
     #: weight per search leg, by the leg's registered name (``fts``, ``trigram``, ``vector``, or a leg
     #: a host registered); a leg not named keeps its default (fts 1.4, trigram 0, vector 1.0,
-    #: document_fts 0; ``{"fts": 1, "document_fts": 1, "vector": 1}`` is the measured setting with the
-    #: document leg on, benchmarks/README.md "Retrieval quality": see
-    #: context_engine/retrieval/legs/), and a leg weighted 0 does not run
-    weights: dict[str, float] = Field(default_factory=lambda: _leg_weights({}))
+    #: graph 1.0, document_fts 0; ``{"fts": 1, "document_fts": 1, "vector": 1}`` is the measured
+    #: setting with the document leg on, benchmarks/README.md "Retrieval quality": see
+    #: context_engine/retrieval/legs/), and a leg weighted 0 does not run. Only the weights set here
+    #: are held; ``retrieval.registry.weights(fusion.weights)`` is every leg's, and a name no leg has
+    #: is refused when the engine is made (the settings are read before a host registers its legs)
+    weights: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("weights")
     @classmethod
-    def _known_and_non_negative(cls, value: dict[str, float]) -> dict[str, float]:
-        return _leg_weights(value)
+    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        for leg, weight in value.items():
+            if weight < 0:
+                raise ValueError(f"fusion weight for {leg!r} must be >= 0, got {weight}")
+        return value
 
     @property
     def trigram_enabled(self) -> bool:
-        """Whether the trigram leg runs by default, and so whether migrating builds its index."""
+        """Whether the trigram leg runs (it is off unless weighted), and so whether migrating builds its index."""
         return self.weights.get("trigram", 0) > 0
-
-
-def _leg_weights(given: dict[str, float]) -> dict[str, float]:
-    """Each registered leg's default weight, overridden by ``given``; unknown names and negative weights raise."""
-    from context_engine.retrieval import registry
-
-    merged = registry.default_weights()
-    for leg, weight in given.items():
-        if leg not in merged:
-            raise ValueError(f"no search leg is named {leg!r}; known legs: {', '.join(merged)}")
-        if weight < 0:
-            raise ValueError(f"fusion weight for {leg!r} must be >= 0, got {weight}")
-    merged.update(given)
-    return merged
 
 
 class IngestConfig(BaseModel):

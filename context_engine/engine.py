@@ -1313,8 +1313,8 @@ class ContextEngine:
         redaction: RedactionPolicy | None = None,
         redaction_secret_key: str | bytes | None = None,
     ) -> dict[str, Any]:
-        """The extracted fields a question names, per document: see :mod:`context_engine.extraction`."""
-        from context_engine.extraction import query_meta
+        """The extracted fields a question names, per document: see :mod:`context_engine.document_fields`."""
+        from context_engine.document_fields import query_meta
 
         caller = resolve(principals)
         return await query_meta(
@@ -1329,8 +1329,8 @@ class ContextEngine:
 
     async def extract_fields(self, document_id: str, *, field_hints: dict[str, str] | None = None) -> dict[str, Any]:
         """Structured extraction for one stored document (the step ingest runs when it is enabled):
-        the envelope of :func:`~context_engine.extraction.extract_structured_data` with ``stored``."""
-        from context_engine.extraction import extract_stored_document
+        the envelope of :func:`~context_engine.document_fields.extract_structured_data` with ``stored``."""
+        from context_engine.document_fields import extract_stored_document
 
         return await extract_stored_document(
             await self._ready(),

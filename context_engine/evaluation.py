@@ -464,8 +464,8 @@ def leg_configurations(config: Any) -> dict[str, dict[str, Any]]:
     """
     from context_engine.retrieval import registry
 
-    weights = config.fusion.weights
-    legs = registry.names()
+    weights = registry.weights(config.fusion.weights)
+    legs = list(weights)
     out: dict[str, dict[str, Any]] = {}
     for leg in legs:
         if weights.get(leg, 0) > 0:
@@ -588,6 +588,8 @@ async def run_queries(
 
 def describe_settings(config: Any) -> dict[str, Any]:
     """The settings that decide ranking, for the report header."""
+    from context_engine.retrieval import registry
+
     search, fusion = config.search, config.fusion
     return {
         "lexical_match": search.lexical_match,
@@ -598,7 +600,7 @@ def describe_settings(config: Any) -> dict[str, Any]:
         "trgm_max_query_words": search.trgm_max_query_words,
         "vector_floor": search.vector_floor,
         "fusion_k": fusion.k,
-        "weights": dict(fusion.weights),
+        "weights": registry.weights(fusion.weights),
     }
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.compute.frames import SPREADSHEET_MIMES, CallerScope, document_visibility
+from context_engine.compute.frames import SPREADSHEET_MIMES
 from context_engine.config import LLMConfig
 from context_engine.errors import ContextEngineError, InvalidRequest
 from context_engine.hooks import Hooks, UsageEvent
@@ -34,6 +34,7 @@ from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.factory import build_llm
 from context_engine.llm.structured import LLMNotConfigured, structured_call
 from context_engine.redaction.apply import Redactor
+from context_engine.storage.predicates import ReadScope
 from context_engine.validation import check_question
 
 DEFAULT_LIMIT = 25
@@ -65,7 +66,7 @@ async def map_reduce(
     sql: AsyncEngine,
     instruction: str,
     *,
-    scope: CallerScope,
+    scope: ReadScope,
     llm: LLMConfig | None,
     limit: int | None = None,
     runner: MapReduceRunner | None = None,
@@ -171,10 +172,10 @@ async def map_reduce(
     return redactor.obj(out) if redactor is not None else out
 
 
-async def _targets(sql: AsyncEngine, scope: CallerScope, cap: int) -> list[dict[str, Any]]:
+async def _targets(sql: AsyncEngine, scope: ReadScope, cap: int) -> list[dict[str, Any]]:
     """The ids (and mimes) the run would read: newest first, ``cap`` of them, under the caller's ACL."""
     params: dict[str, Any] = {"n": cap}
-    where = document_visibility("d", params, scope)
+    where = scope.document_predicate("d", params)
     query = (
         f"SELECT d.id, d.mime FROM ce_documents d WHERE d.status = 'completed' AND {where} "
         "ORDER BY d.updated_at DESC, d.id LIMIT :n"
@@ -183,12 +184,12 @@ async def _targets(sql: AsyncEngine, scope: CallerScope, cap: int) -> list[dict[
         return [dict(r) for r in (await conn.execute(sql_text(query), params)).mappings()]
 
 
-async def _read(sql: AsyncEngine, scope: CallerScope, ids: list[str], max_chars: int) -> list[dict[str, Any]]:
+async def _read(sql: AsyncEngine, scope: ReadScope, ids: list[str], max_chars: int) -> list[dict[str, Any]]:
     """Those documents' names and the first ``max_chars`` of their text, in the targets' order."""
     if not ids:
         return []
     params: dict[str, Any] = {"chars": max_chars}
-    where = document_visibility("d", params, scope)
+    where = scope.document_predicate("d", params)
     params["ids"] = ids
     where += " AND d.id = ANY(CAST(:ids AS uuid[]))"
     query = f"SELECT d.id, d.name, left(d.text, :chars) AS text FROM ce_documents d WHERE {where}"

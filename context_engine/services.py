@@ -35,7 +35,7 @@ from context_engine.storage.repository import current_revision
 from context_engine.write_access import WriteAccess, WritePolicy
 
 if TYPE_CHECKING:
-    from context_engine.ingest.extractors.vision import PageTranscriber
+    from context_engine.ingest.formats.page_transcriber import PageTranscriber
     from context_engine.llm.base import LLMClient
 
 log = logging.getLogger("context_engine.migrate")
@@ -104,7 +104,7 @@ class Services:
         config = self.config.vision_llm
         if config is None:
             return None
-        from context_engine.ingest.extractors.vision import PageTranscriber, build_vision_llm
+        from context_engine.ingest.formats.page_transcriber import PageTranscriber, build_vision_llm
 
         if self._vision_llm is None:
             self._vision_llm = build_vision_llm(config, self.http_client_factory)

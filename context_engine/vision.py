@@ -1,7 +1,7 @@
 """Vision transcription as functions of their own: images and PDF pages written out as Markdown.
 
 Ingest sends a scanned page to ``vision_llm`` by itself; these are the same transcriber
-(:class:`~context_engine.ingest.extractors.vision.PageTranscriber`: its prompt, page rendering,
+(:class:`~context_engine.ingest.formats.page_transcriber.PageTranscriber`: its prompt, page rendering,
 concurrency, per-page deadline, reply cleaning and digest memo) for a host that wants the text
 without storing a document. A failure reaches ``hooks.on_error`` as ingest reports it (stage
 ``extract``, reason ``vision_failed``, the page in the context) and is then raised as
@@ -26,10 +26,9 @@ from context_engine.config import LLMConfig, VisionLLMConfig
 from context_engine.errors import ContextEngineError, InvalidRequest
 from context_engine.hooks import ErrorEvent, Hooks, UsageEvent
 from context_engine.ingest.extracted import ExtractionFailed
-from context_engine.ingest.extractors._base import Source
-from context_engine.ingest.extractors.vision import (
-    PageTranscriber,
-    build_vision_llm,
+from context_engine.ingest.formats._base import Source
+from context_engine.ingest.formats.page_transcriber import PageTranscriber, build_vision_llm
+from context_engine.ingest.formats.vision import (
     frame_images,
     pdf_page_count,
     pdf_page_images,

@@ -48,7 +48,7 @@ class Call:
         return values[-1] if values else default
 
     @property
-    def who(self) -> Caller:
+    def authenticated_caller(self) -> Caller:
         """The caller of an authenticated route."""
         assert self.caller is not None, "only public routes run without a caller"
         return self.caller

@@ -56,7 +56,7 @@ async def ingest(call: Call) -> CoreResponse:
         source_id=fields.source_id,
         acl=fields.acl,
         attributes=fields.attributes,
-        principals=call.who.principals_arg(),
+        principals=call.authenticated_caller.principals_arg(),
         idempotency_key=call.request.header("idempotency-key"),
         batch=fields.batch,
     )
@@ -80,7 +80,8 @@ async def ingest_list(call: Call, body: IngestTextList) -> CoreResponse:
         {"text": d.text, "name": d.name, "source_id": d.source_id, "acl": d.acl, "attributes": d.attributes}
         for _, d in valid
     ]
-    report = await call.engine.ingest_many(documents, principals=call.who.principals_arg()) if documents else None
+    principals = call.authenticated_caller.principals_arg()
+    report = await call.engine.ingest_many(documents, principals=principals) if documents else None
     by_index = dict(zip((i for i, _ in valid), report.items if report else [], strict=True))
     items: list[IngestListItem] = []
     statuses: list[int] = []  # what each entry alone would have answered, when it was refused
@@ -91,7 +92,7 @@ async def ingest_list(call: Call, body: IngestTextList) -> CoreResponse:
             continue
         outcome = by_index[index]
         if outcome.report is not None:
-            if not call.who.trusted:  # raw provider text is an operator's copy only
+            if not call.authenticated_caller.trusted:  # raw provider text is an operator's copy only
                 outcome.report.error = None
             items.append(IngestListItem(index=index, report=outcome.report))
         else:
@@ -131,7 +132,7 @@ def _list_totals(items: list[IngestListItem]) -> dict[str, int]:
 def _report(report: IngestReport, call: Call) -> CoreResponse:
     """201 when a document was stored, 200 when all were unchanged, 422 when nothing was stored,
     409 ``document_busy`` (with ``Retry-After``) when another run kept the document past the wait."""
-    if not call.who.trusted:  # raw provider text is an operator's copy only
+    if not call.authenticated_caller.trusted:  # raw provider text is an operator's copy only
         for doc in report.documents:
             doc.error = None
     body = report.model_dump(mode="json")
@@ -149,7 +150,7 @@ def _report(report: IngestReport, call: Call) -> CoreResponse:
 
 async def list_documents(call: Call) -> CoreResponse:
     page = await call.engine.list_documents(
-        principals=call.who.principals_arg(),
+        principals=call.authenticated_caller.principals_arg(),
         source_ids=call.query.get("source_id"),
         limit=call.one("limit", LIST_LIMIT_DEFAULT),
         cursor=call.one("cursor"),
@@ -161,7 +162,7 @@ async def list_documents(call: Call) -> CoreResponse:
 async def get_document(call: Call) -> CoreResponse:
     doc = await call.engine.get_document(
         call.params["document_id"],
-        principals=call.who.principals_arg(),
+        principals=call.authenticated_caller.principals_arg(),
         include_text=call.one("include_text", True),
         as_of=call.one("as_of"),
         version=call.one("version"),
@@ -170,7 +171,9 @@ async def get_document(call: Call) -> CoreResponse:
 
 
 async def document_versions(call: Call) -> CoreResponse:
-    versions = await call.engine.document_versions(call.params["document_id"], principals=call.who.principals_arg())
+    versions = await call.engine.document_versions(
+        call.params["document_id"], principals=call.authenticated_caller.principals_arg()
+    )
     return CoreResponse(200, {"versions": [v.model_dump(mode="json") for v in versions]})
 
 
@@ -178,7 +181,7 @@ async def update_document(call: Call) -> CoreResponse:
     body = cast(UpdateDocumentBody, call.body)
     doc = await call.engine.update_document(
         call.params["document_id"],
-        principals=call.who.principals_arg(),
+        principals=call.authenticated_caller.principals_arg(),
         acl=body.acl,
         attributes=body.attributes,
         name=body.name,
@@ -189,7 +192,9 @@ async def update_document(call: Call) -> CoreResponse:
 async def delete_document(call: Call) -> CoreResponse:
     document_id = call.params["document_id"]
     revision = await call.engine.delete_document(
-        document_id, principals=call.who.principals_arg(), idempotency_key=call.request.header("idempotency-key")
+        document_id,
+        principals=call.authenticated_caller.principals_arg(),
+        idempotency_key=call.request.header("idempotency-key"),
     )
     return CoreResponse(200, DeletedBody(id=document_id, deleted=True, revision=revision).model_dump())
 
@@ -200,7 +205,7 @@ async def search(call: Call) -> CoreResponse:
         body.query,
         source_ids=body.source_ids,
         document_ids=None if body.document_ids is None else [str(i) for i in body.document_ids],
-        principals=call.who.principals_arg(),
+        principals=call.authenticated_caller.principals_arg(),
         top_k=body.top_k,
         group_by=body.group_by,
         compress_to_tokens=body.compress_to_tokens,
@@ -218,7 +223,7 @@ async def knowledge_query(call: Call) -> CoreResponse:
         agent_id=body.agent_id,
         expand=body.expand,
         rerank=body.rerank,
-        principals=call.who.principals_arg(),
+        principals=call.authenticated_caller.principals_arg(),
         as_of=body.as_of,
     )
     return CoreResponse(200, result.model_dump(mode="json", by_alias=True))
@@ -226,7 +231,9 @@ async def knowledge_query(call: Call) -> CoreResponse:
 
 async def stats(call: Call) -> CoreResponse:
     result = await call.engine.stats(
-        principals=call.who.principals_arg(), source_ids=call.query.get("source_id"), as_of=call.one("as_of")
+        principals=call.authenticated_caller.principals_arg(),
+        source_ids=call.query.get("source_id"),
+        as_of=call.one("as_of"),
     )
     return CoreResponse(200, result.model_dump(mode="json"))
 
@@ -237,7 +244,7 @@ async def execute_tool(call: Call) -> CoreResponse:
     answer = await call.engine.execute_tool(
         body.name,
         body.arguments,
-        principals=call.who.principals_arg(),
+        principals=call.authenticated_caller.principals_arg(),
         tool_id=body.tool_id,
         approval_scope=call.approval_scope,
         response_mode=body.response_mode,
@@ -248,7 +255,7 @@ async def execute_tool(call: Call) -> CoreResponse:
 async def list_tools(call: Call) -> CoreResponse:
     page = await call.engine.search_tools(
         call.one("q", "") or "",
-        principals=call.who.principals_arg(),
+        principals=call.authenticated_caller.principals_arg(),
         kind=call.one("kind"),
         name_contains=call.one("name_contains"),
         requires_approval=call.one("requires_approval"),

@@ -221,7 +221,7 @@ SLOW_MODULES = frozenset(
         "test_eval_lifecycle",
         "test_example_shutdown",
         "test_faults",
-        "test_graph_extract",
+        "test_graph_entities",
         "test_local_embedder",
         "test_managed_postgres",
         "test_mcp_app",

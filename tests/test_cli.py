@@ -16,8 +16,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from context_engine import TRUSTED, ContextEngine
-from context_engine.cli import build_app, main
-from context_engine.cli_progress import ProgressDisplay
+from context_engine.cli import main
+from context_engine.cli.progress import ProgressDisplay
+from context_engine.cli.serve import build_app
 from context_engine.hooks import Hooks
 from context_engine.storage import embedded
 from tests.conftest import make_config, server_dir

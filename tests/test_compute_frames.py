@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import openpyxl
@@ -21,16 +19,8 @@ from context_engine.compute.frames import SheetRef, document_frames, mask_frames
 from context_engine.ingest.pipeline import chunk_stream
 from context_engine.redaction import RedactionPolicy, RedactionRule
 from context_engine.redaction.apply import Redactor
+from context_engine.storage.predicates import ReadScope
 from tests.conftest import make_config
-
-
-@dataclass(frozen=True)
-class Scope:
-    """A caller and what they narrowed to: the three attributes the compute reads take."""
-
-    principals: tuple[str, ...] | None
-    source_ids: Sequence[str] | None = None
-    document_ids: Sequence[str] | None = None
 
 
 # ------------------------------------------------------------------------------------ the key rule
@@ -92,7 +82,7 @@ def xlsx_bytes() -> bytes:
 
 
 async def stored(engine: ContextEngine, **scope: Any) -> Any:
-    return await load_stored_frames(await engine.database(), Scope(**scope), max_documents=20)
+    return await load_stored_frames(await engine.database(), ReadScope(**scope), max_documents=20)
 
 
 async def test_a_long_sheet_comes_back_row_for_row(engine: ContextEngine) -> None:
@@ -155,12 +145,12 @@ async def test_frames_are_read_under_the_caller_acl_and_scope(engine: ContextEng
 
 async def test_the_compute_suggestion_names_the_newest_sheet_as_compute_keys_it(engine: ContextEngine) -> None:
     sql = await engine.database()
-    assert await compute_suggestion(sql, Scope(None)) == {"frame_key": None, "measure": None, "group_by": None}
+    assert await compute_suggestion(sql, ReadScope(None)) == {"frame_key": None, "measure": None, "group_by": None}
     await engine.ingest(file=xlsx_bytes(), name="book.xlsx", source_id="fin")
     await engine.ingest(file=csv_bytes(sales_rows(5)), name="costs.csv", source_id="fin", acl=["finance"])
-    newest = await compute_suggestion(sql, Scope(("finance",)))
+    newest = await compute_suggestion(sql, ReadScope(("finance",)))
     assert newest == {"frame_key": "costs.csv", "measure": "id", "group_by": "region"}
-    only_book = await compute_suggestion(sql, Scope(("staff",)))
+    only_book = await compute_suggestion(sql, ReadScope(("staff",)))
     assert only_book == {"frame_key": "Q1", "measure": "qty", "group_by": "item"}
 
 

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from context_engine import ContextEngineConfig
+from context_engine.retrieval import registry
 
 
 def test_defaults_need_nothing() -> None:
@@ -14,7 +15,11 @@ def test_defaults_need_nothing() -> None:
     assert config.embedding.provider == "local"
     assert config.fusion.k == 10
     assert config.fusion.method == "convex"
-    assert config.fusion.weights == {"fts": 1.4, "trigram": 0.0, "vector": 1.0, "graph": 1.0, "document_fts": 0.0}
+    # the settings hold only the weights set; each leg's default comes from the leg registry
+    assert config.fusion.weights == {}
+    assert registry.weights(config.fusion.weights) == {
+        "fts": 1.4, "trigram": 0.0, "vector": 1.0, "graph": 1.0, "document_fts": 0.0
+    }
 
 
 def test_misspelt_setting_raises_naming_it() -> None:

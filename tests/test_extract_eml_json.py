@@ -11,7 +11,7 @@ import docx
 import pytest
 
 from context_engine.ingest.extracted import ExtractionFailed
-from context_engine.ingest.extractors import Extracted, Unit, detect_format, extract, register
+from context_engine.ingest.formats import Extracted, Unit, detect_format, extract, register
 from tests.filegen import docx_bytes, make_eml, make_pdf
 
 # --------------------------------------------------------------------------------------------- e-mail
@@ -186,7 +186,7 @@ def test_legacy_office_fails_clearly() -> None:
 
 
 def test_register_a_new_format() -> None:
-    from context_engine.ingest.extractors import REGISTRY
+    from context_engine.ingest.formats import REGISTRY
 
     def shout(source):  # type: ignore[no-untyped-def]
         return Extracted(mime="text/plain", units=[Unit(text=source.read().decode().upper())])

@@ -13,7 +13,7 @@ from docx.enum.section import WD_SECTION
 from pptx.util import Inches
 
 from context_engine.ingest.extracted import ExtractionFailed
-from context_engine.ingest.extractors import extract, zipguard
+from context_engine.ingest.formats import extract, zipguard
 from tests.filegen import docx_bytes, set_app_pages, write_zip_bomb
 
 DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"

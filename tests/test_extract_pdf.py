@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from context_engine.ingest.extracted import ExtractionFailed
-from context_engine.ingest.extractors import extract, pdf
+from context_engine.ingest.formats import extract, pdf
 from tests.filegen import SCANNED, make_pdf
 
 INSTALL_HINT = 'pip install "pg-context-engine[ocr]"'

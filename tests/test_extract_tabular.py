@@ -13,7 +13,7 @@ import pytest
 
 from context_engine.errors import IngestTooLarge
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
-from context_engine.ingest.extractors import extract, tabular
+from context_engine.ingest.formats import extract, tabular
 
 
 def _parse(unit: Unit) -> list[list[str]]:

@@ -7,7 +7,7 @@ import codecs
 import pytest
 
 from context_engine.ingest.extracted import ExtractionFailed, Unit
-from context_engine.ingest.extractors import extract
+from context_engine.ingest.formats import extract
 
 
 def _units(data: bytes, name: str | None = None) -> list[Unit]:

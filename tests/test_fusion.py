@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from context_engine import TRUSTED, ContextEngine
+from context_engine.retrieval import registry
 from context_engine.retrieval.fusion import convex, fuse, rrf
 from context_engine.retrieval.fusion import shared_ranks as fusion_ranks
 from tests.conftest import make_config
@@ -68,10 +69,11 @@ async def test_search_reports_and_follows_the_configured_fusion(database_url: st
     assert 0 < convex_hits[-1].score <= convex_hits[0].score <= 1.0
     rrf_hits = results["rrf"].hits
     fusion = make_config(database_url).fusion
+    weights = registry.weights(fusion.weights)
     # ranked first by both legs: RRF's largest possible score, every weight over k + rank 1
     assert rrf_hits[0].matched_by == ["fts", "vector"]
     assert rrf_hits[0].score == pytest.approx(
-        (fusion.weights["fts"] + fusion.weights["vector"]) / (fusion.k + 1), abs=1e-6
+        (weights["fts"] + weights["vector"]) / (fusion.k + 1), abs=1e-6
     )
 
 

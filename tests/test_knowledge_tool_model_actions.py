@@ -15,7 +15,7 @@ from context_engine import TRUSTED, UNSCOPED, ContextEngine, call_knowledge_tool
 from tests.conftest import make_config
 from tests.fakes import FakeHTTPServer
 from tests.knowledge_fakes import completion
-from tests.test_extraction import HINTS, INVOICE, FieldModel
+from tests.test_document_fields import HINTS, INVOICE, FieldModel
 
 
 class Model(FieldModel):

@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from context_engine import TRUSTED, ContextEngine
 from context_engine.config import ContextEngineConfig
+from context_engine.errors import ConfigError
 from context_engine.retrieval import registry
 from context_engine.retrieval.retriever import Search
 from tests.conftest import make_config
@@ -115,8 +116,13 @@ async def test_a_leg_is_weighted_and_switched_off_like_the_others(database_url: 
 
 
 def test_unknown_leg_names_and_duplicate_registrations_are_refused(toy_leg: DocumentNameLeg) -> None:
-    with pytest.raises(ValueError, match="no search leg is named 'vectr'"):
-        ContextEngineConfig(fusion={"weights": {"vectr": 1.0}})  # type: ignore[arg-type]
+    misspelt = ContextEngineConfig(fusion={"weights": {"vectr": 1.0}})  # type: ignore[arg-type]
+    # the settings are read before a host registers its legs: the engine refuses the name when made
+    with pytest.raises(ConfigError, match="no search leg is named 'vectr'") as refused:
+        ContextEngine(misspelt)
+    assert refused.value.code == "unknown_search_leg"
+    with pytest.raises(ValueError, match="must be >= 0"):
+        ContextEngineConfig(fusion={"weights": {"doc_name": -1.0}})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="already registered"):
         registry.register(DocumentNameLeg())
     assert registry.names()[:3] == ["fts", "trigram", "vector"] and "doc_name" in registry.names()

@@ -196,7 +196,7 @@ async def test_cli_serves_one_database_anonymously(module_database: str, corpus:
     port = _free_port()
     script = (
         "import argparse, sys\n"
-        "from context_engine.mcp import cli\n"
+        "from context_engine.cli import mcp as cli\n"
         "parser = argparse.ArgumentParser(); sub = parser.add_subparsers(dest='command')\n"
         "cli.add_parser(sub)\n"
         "sys.exit(cli.run(parser.parse_args(sys.argv[1:])))\n"

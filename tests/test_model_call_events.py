@@ -13,8 +13,8 @@ import pytest
 
 from context_engine import ContextEngine, call_llm, extract_structured_data
 from context_engine.config import LLMConfig
+from context_engine.graph.entities import ChunkText, extract
 from context_engine.graph.errors import GraphExtractionFailed
-from context_engine.graph.extract import ChunkText, extract
 from context_engine.hooks import ErrorEvent, Hooks
 from context_engine.llm import StructuredCallError, build_llm, reset_native_schema_support, structured_call
 from tests.conftest import make_config

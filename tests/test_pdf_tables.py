@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from context_engine import TRUSTED, ContextEngine
-from context_engine.ingest.extractors import extract, pdf_tables
+from context_engine.ingest.formats import extract, pdf_tables
 from tests import tablepdf
 from tests.conftest import make_config
 

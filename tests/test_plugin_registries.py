@@ -24,6 +24,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from context_engine import TRUSTED, UNSCOPED, ContextEngine, call_knowledge_tool, knowledge_tool_definition
+from context_engine.cli.tools import add_parser, run
 from context_engine.errors import NotFound
 from context_engine.knowledge.tool import actions
 from context_engine.knowledge.tool.actions import KNOWLEDGE_ACTIONS, Action
@@ -32,7 +33,6 @@ from context_engine.knowledge.tool.capabilities import Capabilities, Deployment
 from context_engine.knowledge.tool.definition import deployment_definition
 from context_engine.mcp import create_mcp_app, current_request
 from context_engine.tools import ToolConfig, ToolConfigInvalid, ToolExecutionFailed, kinds
-from context_engine.tools.cli import add_parser, run
 from context_engine.tools.kinds import KindContext, ToolKindSpec
 from context_engine.tools.models import tool_config
 from context_engine.tools.schema import checked_schema

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from context_engine import ContextEngine
-from context_engine.tools.cli import add_parser, run
+from context_engine.cli.tools import add_parser, run
 from tests.conftest import make_config
 from tests.tools_support import SECRET_KEY, table_rows
 

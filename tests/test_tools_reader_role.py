@@ -18,9 +18,9 @@ import psycopg
 import pytest
 
 from context_engine import ContextEngine
+from context_engine.cli.tools import add_parser, run
 from context_engine.storage import embedded
 from context_engine.tools import ToolConfig, ToolExecutionFailed
-from context_engine.tools.cli import add_parser, run
 from tests.conftest import make_config, server_dir
 from tests.tools_support import SECRET_KEY, drop_role
 

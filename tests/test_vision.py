@@ -27,8 +27,8 @@ from context_engine import TRUSTED, ContextEngine
 from context_engine.config import ContextEngineConfig, LLMConfig, VisionLLMConfig
 from context_engine.errors import ConfigError
 from context_engine.hooks import ErrorEvent, Hooks, UsageEvent
-from context_engine.ingest.extractors import ExtractionFailed, extract
-from context_engine.ingest.extractors.vision import PageTranscriber, clean_reply
+from context_engine.ingest.formats import ExtractionFailed, extract
+from context_engine.ingest.formats.page_transcriber import PageTranscriber, clean_reply
 from context_engine.llm import build_llm
 from context_engine.llm.base import ImageInput, LLMClient, LLMReply
 from context_engine.redaction import RedactionPolicy, RedactionRule

@@ -15,7 +15,7 @@ from PIL import Image
 from context_engine import InvalidRequest, extract_pdf_pages, extract_text_from_images
 from context_engine.config import LLMConfig, VisionLLMConfig
 from context_engine.hooks import ErrorEvent, Hooks, UsageEvent
-from context_engine.ingest.extractors.vision import SYSTEM_PROMPT
+from context_engine.ingest.formats.page_transcriber import SYSTEM_PROMPT
 from context_engine.llm.base import ImageInput
 from context_engine.vision import VisionFailed
 from tests.fakes import FakeHTTPServer, Target

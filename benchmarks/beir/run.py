@@ -59,7 +59,7 @@ from context_engine.evaluation import (
 )
 from context_engine.ingest.pipeline import chunk_stream, prepare
 from context_engine.principals import TRUSTED
-from context_engine.retrieval import fusion, query_shape
+from context_engine.retrieval import fusion, query_shape, registry
 from context_engine.storage import embedded
 
 HERE = Path(__file__).resolve().parent
@@ -395,7 +395,7 @@ async def fusion_experiment(args: argparse.Namespace, dataset: BeirDataset) -> N
             base = {
                 "method": config.fusion.method,
                 "k": config.fusion.k,
-                "weights": dict(config.fusion.weights),
+                "weights": registry.weights(config.fusion.weights),
                 "candidates": config.search.candidates,
                 "trgm_max_words": config.search.trgm_max_query_words,
                 "floor": config.search.vector_floor == "adaptive",

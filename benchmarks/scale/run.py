@@ -52,7 +52,7 @@ import scale_corpus as sc
 from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.embeddings.factory import build_embedder
-from context_engine.retrieval import planner
+from context_engine.retrieval import planner, registry
 from context_engine.retrieval.legs.vector import plan_for, vector_leg
 from context_engine.retrieval.planner import VectorPlan
 from context_engine.storage import embedded
@@ -271,7 +271,7 @@ async def latency_phase(engine: ContextEngine, vocab: sc.Vocabulary, layout: sc.
                 out[f"{label} top_k={k}"] = {"p50_ms": round(pct(times, 50), 1), "p95_ms": round(pct(times, 95), 1)}
         # the full-text leg alone: every other leg weighted 0 (so no query embedding either)
         fused = engine.config
-        weights = {leg: 0.0 for leg in fused.fusion.weights} | {"fts": 1.0}
+        weights = {leg: 0.0 for leg in registry.names()} | {"fts": 1.0}
         engine.config = fused.model_copy(update={"fusion": fused.fusion.model_copy(update={"weights": weights})})
         try:
             for label, principals in callers.items():

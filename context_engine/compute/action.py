@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from context_engine.compute import codegen
 from context_engine.compute.checker import check_code
 from context_engine.compute.errors import ComputeDisabled, NoFrames, UnsafeCode
-from context_engine.compute.frames import CallerScope, load_stored_frames, mask_frames, require_pandas
+from context_engine.compute.frames import load_stored_frames, mask_frames, require_pandas
 from context_engine.compute.worker import WorkerOutcome, run_in_worker
 from context_engine.config import ComputeConfig, ContextEngineConfig
 from context_engine.errors import ContextEngineError
@@ -32,6 +32,7 @@ from context_engine.hooks import ErrorEvent, Hooks, UsageEvent
 from context_engine.llm.base import HttpClientFactory
 from context_engine.llm.structured import LLMNotConfigured, structured_call
 from context_engine.redaction.apply import Redactor
+from context_engine.storage.predicates import ReadScope
 from context_engine.validation import check_question
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ async def compute(
     sql: AsyncEngine,
     question: str,
     *,
-    scope: CallerScope,
+    scope: ReadScope,
     config: ContextEngineConfig,
     settings: ComputeConfig | None = None,
     code_runner: CodeRunner | None = None,

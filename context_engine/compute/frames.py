@@ -28,19 +28,19 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.errors import ConfigError
 from context_engine.redaction.apply import Redactor
-from context_engine.storage.predicates import visibility
+from context_engine.storage.predicates import ReadScope, visibility
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: the mimes ingest stores as sheets (see ``ingest/extractors/tabular.py``)
+#: the mimes ingest stores as sheets (see ``ingest/formats/tabular.py``)
 SPREADSHEET_MIMES = (
     "text/csv",
     "text/tab-separated-values",
@@ -55,33 +55,6 @@ _KIND_PATTERNS = {
 }
 _TRUE = frozenset({"true", "yes"})
 _FALSE = frozenset({"false", "no"})
-
-
-class CallerScope(Protocol):
-    """Who reads and what they narrowed to: the engine's read scope has these three attributes.
-
-    ``principals=None`` is a trusted caller. Every read here turns them into the shared
-    visibility predicate, on the documents and on their chunks.
-    """
-
-    @property
-    def principals(self) -> tuple[str, ...] | None: ...
-    @property
-    def source_ids(self) -> Sequence[str] | None: ...
-    @property
-    def document_ids(self) -> Sequence[str] | None: ...
-
-
-def document_visibility(alias: str, params: dict[str, Any], scope: CallerScope) -> str:
-    """The visibility predicate on ``ce_documents`` rows (their key column is ``id``)."""
-    return visibility(
-        alias,
-        params,
-        principals=scope.principals,
-        source_ids=scope.source_ids,
-        document_ids=scope.document_ids,
-        document_column="id",
-    )
 
 
 @dataclass
@@ -137,10 +110,10 @@ def assign_keys(sheets: Sequence[SheetRef]) -> list[SheetRef]:
     return ordered
 
 
-async def _spreadsheets(conn: Any, scope: CallerScope, max_documents: int) -> list[dict[str, Any]]:
+async def _spreadsheets(conn: Any, scope: ReadScope, max_documents: int) -> list[dict[str, Any]]:
     """The newest ``max_documents`` spreadsheets the caller may see in ``scope`` (id, name, meta)."""
     params: dict[str, Any] = {"mimes": list(SPREADSHEET_MIMES), "n": max_documents}
-    where = document_visibility("d", params, scope)
+    where = scope.document_predicate("d", params)
     query = (
         "SELECT d.id, d.name, d.meta FROM ce_documents d WHERE d.mime = ANY(CAST(:mimes AS text[])) "
         f"AND d.status = 'completed' AND {where} ORDER BY d.updated_at DESC, d.id LIMIT :n"
@@ -152,7 +125,7 @@ def _sheet_names(meta: dict[str, Any]) -> list[str]:
     return [s["name"] for s in meta.get("sheets", []) if isinstance(s, dict) and "name" in s]
 
 
-async def load_stored_frames(sql: AsyncEngine, scope: CallerScope, *, max_documents: int) -> StoredFrames:
+async def load_stored_frames(sql: AsyncEngine, scope: ReadScope, *, max_documents: int) -> StoredFrames:
     """The newest ``max_documents`` spreadsheets the caller may see in ``scope``, as frames.
 
     Both reads run under the shared visibility predicate (on the documents and on their chunks),
@@ -186,7 +159,7 @@ async def load_stored_frames(sql: AsyncEngine, scope: CallerScope, *, max_docume
 
 
 async def compute_suggestion(
-    sql: AsyncEngine, scope: CallerScope, *, max_documents: int = 20, redactor: Redactor | None = None
+    sql: AsyncEngine, scope: ReadScope, *, max_documents: int = 20, redactor: Redactor | None = None
 ) -> dict[str, str | None]:
     """Vocabulary for a redirect to compute: the newest sheet's ``frame_key`` (as compute would key
     it over this scope), its first numeric column (``measure``) and first text column (``group_by``).

@@ -18,7 +18,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +25,7 @@ import numpy as np
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder, InputKind
+from context_engine.embeddings.encoder_layer import EncoderLayer
 from context_engine.embeddings.onnx_encoder import OnnxEncoder, onnx_runtime_available
 from context_engine.embeddings.weights import SafetensorsFile, WeightsError
 from context_engine.errors import ConfigError, InputTooLarge, ModelNotInstalled
@@ -177,22 +177,6 @@ def _one_blas_thread() -> None:
 # --- the encoder -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Layer:
-    qkv_w: np.ndarray  # (hidden, 3*hidden), pre-transposed so x @ w works
-    qkv_b: np.ndarray
-    out_w: np.ndarray
-    out_b: np.ndarray
-    ln1_w: np.ndarray
-    ln1_b: np.ndarray
-    ffn_in_w: np.ndarray
-    ffn_in_b: np.ndarray
-    ffn_out_w: np.ndarray
-    ffn_out_b: np.ndarray
-    ln2_w: np.ndarray
-    ln2_b: np.ndarray
-
-
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     centred = x - mean
@@ -259,12 +243,12 @@ class _MiniLMModel:
         self.token_type0 = get("embeddings.token_type_embeddings.weight")[0]
         self.emb_ln_w = get("embeddings.LayerNorm.weight")
         self.emb_ln_b = get("embeddings.LayerNorm.bias")
-        self.layers: list[_Layer] = []
+        self.layers: list[EncoderLayer] = []
         for i in range(int(config["num_hidden_layers"])):
             p = f"encoder.layer.{i}"
             att = f"{p}.attention.self"
             self.layers.append(
-                _Layer(
+                EncoderLayer(
                     qkv_w=np.ascontiguousarray(
                         np.concatenate(
                             [linear_t(f"{att}.query"), linear_t(f"{att}.key"), linear_t(f"{att}.value")],
@@ -326,7 +310,7 @@ class _MiniLMModel:
         return x.reshape(n, length, self.hidden)
 
     def _attention(
-        self, x: np.ndarray, layer: _Layer, n: int, length: int, key_bias: np.ndarray, scale: np.float32
+        self, x: np.ndarray, layer: EncoderLayer, n: int, length: int, key_bias: np.ndarray, scale: np.float32
     ) -> np.ndarray:
         """Self-attention output, before the residual. Its own function so that the score array
         (batch x heads x len x len, the largest temporary) is freed before the FFN allocates."""
@@ -349,7 +333,7 @@ class _MiniLMModel:
         return attn
 
     def _layer(
-        self, x: np.ndarray, layer: _Layer, n: int, length: int, key_bias: np.ndarray, scale: np.float32
+        self, x: np.ndarray, layer: EncoderLayer, n: int, length: int, key_bias: np.ndarray, scale: np.float32
     ) -> np.ndarray:
         attn = self._attention(x, layer, n, length, key_bias, scale)
         attn += x

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from context_engine.embeddings.local import _Layer
+    from context_engine.embeddings.encoder_layer import EncoderLayer
 
 _MS = "com.microsoft"
 
@@ -37,7 +37,7 @@ def onnx_runtime_available() -> bool:
         return False
 
 
-def build_graph(layers: Sequence[_Layer], *, hidden: int, heads: int, eps: float) -> Any:
+def build_graph(layers: Sequence[EncoderLayer], *, hidden: int, heads: int, eps: float) -> Any:
     """An ``onnx.ModelProto`` of the encoder layers: ``hidden_in`` (n, L, hidden) float32 and
     ``mask`` (n, L) int32 in, ``hidden_out`` (n, L, hidden) out."""
     import onnx
@@ -129,7 +129,7 @@ def build_graph(layers: Sequence[_Layer], *, hidden: int, heads: int, eps: float
 class OnnxEncoder:
     """One ONNX Runtime session over the encoder layers; ``run`` is safe from several threads."""
 
-    def __init__(self, layers: Sequence[_Layer], *, hidden: int, heads: int, eps: float, threads: int):
+    def __init__(self, layers: Sequence[EncoderLayer], *, hidden: int, heads: int, eps: float, threads: int):
         import onnxruntime as ort
 
         model = build_graph(layers, hidden=hidden, heads=heads, eps=eps)

@@ -1,6 +1,6 @@
 """Graph mode on Postgres alone: entities, relationships and communities beside the chunks.
 
-* :mod:`~context_engine.graph.extract`: facts read from chunks by the model, one call per batch.
+* :mod:`~context_engine.graph.entities`: facts read from chunks by the model, one call per batch.
 * :mod:`~context_engine.graph.store`: the Postgres mirror and its repair (:mod:`~context_engine.graph.schema`:
   whether its tables exist).
 * :mod:`~context_engine.graph.communities`: Louvain communities per (source, ACL) group, summarised.

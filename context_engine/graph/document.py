@@ -21,8 +21,8 @@ from types import ModuleType
 from context_engine.config import ContextEngineConfig, LLMConfig
 from context_engine.errors import ConfigError, NotFound
 from context_engine.graph import names, store
+from context_engine.graph.entities import ChunkText, extract
 from context_engine.graph.errors import GraphNeedsLLM
-from context_engine.graph.extract import ChunkText, extract
 from context_engine.graph.schema import graph_enabled
 from context_engine.llm.base import LLMClient
 from context_engine.services import Services

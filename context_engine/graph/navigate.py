@@ -21,8 +21,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.errors import InvalidRequest
+from context_engine.graph.entities import CATEGORIES
 from context_engine.graph.errors import EntityNotFound, GraphNotEnabled
-from context_engine.graph.extract import CATEGORIES
 from context_engine.graph.normalize import name_key, normalise_name, normalise_type
 from context_engine.graph.schema import graph_enabled
 from context_engine.storage.predicates import ReadScope

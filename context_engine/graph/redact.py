@@ -13,13 +13,17 @@ from context_engine.redaction.apply import Redactor
 TEXT_FIELDS = frozenset({"name", "target", "source", "via", "evidence", "summary", "label"})
 
 
-def redact_answer(answer: Any, red: Redactor) -> Any:
-    """A copy of ``answer`` with every text field passed through ``red``."""
+def redact_answer(answer: Any, redactor: Redactor) -> Any:
+    """A copy of ``answer`` with every text field passed through ``redactor``."""
     if isinstance(answer, dict):
         return {
-            key: red.text(value) if key in TEXT_FIELDS and isinstance(value, str) else redact_answer(value, red)
+            key: (
+                redactor.text(value)
+                if key in TEXT_FIELDS and isinstance(value, str)
+                else redact_answer(value, redactor)
+            )
             for key, value in answer.items()
         }
     if isinstance(answer, list):
-        return [redact_answer(item, red) for item in answer]
+        return [redact_answer(item, redactor) for item in answer]
     return answer

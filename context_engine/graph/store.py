@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from context_engine.graph.entities import ChunkFacts, ChunkText
 from context_engine.graph.errors import GraphNotEnabled
-from context_engine.graph.extract import ChunkFacts, ChunkText
 from context_engine.graph.normalize import name_key
 from context_engine.graph.schema import graph_enabled
 

@@ -42,7 +42,7 @@ from context_engine.storage import repository as repo
 from context_engine.storage import session_locks, stored_text
 
 if TYPE_CHECKING:
-    from context_engine.ingest.extractors.vision import PageTranscriber
+    from context_engine.ingest.formats.page_transcriber import PageTranscriber
     from context_engine.services import Services
 
 log = logging.getLogger("context_engine.ingest")
@@ -134,7 +134,7 @@ def chunk_stream(
     Ingest-stage redaction runs on every unit before chunking, so nothing raw is stored, indexed
     or sent to an embedding provider. ``meta`` is complete once the chunks are exhausted.
     """
-    from context_engine.ingest.extractors import extract
+    from context_engine.ingest.formats import extract
 
     extracted = extract(source, name=name, mime=mime, max_rows=max_rows, vision=vision)
     units = extracted.units

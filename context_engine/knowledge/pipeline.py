@@ -96,7 +96,7 @@ def _ms(started: float) -> int:
 
 async def knowledge_query(
     retriever: Retriever,
-    red: Redactor,
+    redactor: Redactor,
     query: str,
     *,
     caller: tuple[str, ...] | None,
@@ -109,7 +109,7 @@ async def knowledge_query(
 ) -> KnowledgeResult:
     """The best ``top_k`` passages for ``query`` and a trace of how they were found (see module doc).
 
-    The arguments were validated by the engine. ``red`` (the output redaction for this call) applies
+    The arguments were validated by the engine. ``redactor`` (the output redaction for this call) applies
     to every text that leaves the engine: the passages, names and sections returned, and the passages
     shown to the judge. ``as_of`` (checked by the engine) is the revision read, ``None`` the current one.
     """
@@ -178,7 +178,7 @@ async def knowledge_query(
                 if missing:
                     rows.update(await repo.fetch_hits(db, missing, scope))
                 pool = [cid for cid in pool if cid in rows]
-                passages = [red.text(rows[cid]["text"]) or "" for cid in pool]
+                passages = [redactor.text(rows[cid]["text"]) or "" for cid in pool]
                 reason, judged, used = await _judge(reranker, query, passages, settings)
                 tokens += used
                 if judged is not None:
@@ -207,13 +207,13 @@ async def knowledge_query(
         matches = [
             KnowledgeMatch(
                 source_id=str(rows[cid]["document_id"]),
-                source_name=red.text(rows[cid]["document_name"]) or "",
+                source_name=redactor.text(rows[cid]["document_name"]) or "",
                 collection_id=rows[cid]["source_id"],
                 dossier_name=rows[cid]["source_id"],
                 chunk_id=str(cid),
-                section=red.text(rows[cid]["section"]),
+                section=redactor.text(rows[cid]["section"]),
                 page=rows[cid]["page"],
-                content=shape.clip(red.text(rows[cid]["text"]) or ""),
+                content=shape.clip(redactor.text(rows[cid]["text"]) or ""),
                 similarity=round(min(1.0, max(0.0, similarity[cid])), 6) if cid in similarity else None,
                 score=round(scores[cid], 6),
                 matched_by=found_by.get(cid, []),

@@ -1,4 +1,4 @@
-"""The knowledge tool over MCP (the ``mcp`` extra): ``create_mcp_app`` and ``context-engine mcp``.
+"""The knowledge tool over MCP (the ``mcp`` extra): ``create_mcp_app`` (``context-engine mcp`` serves it).
 
 The app is loaded on first access, so the CLI (and ``import context_engine``) work without the extra.
 """

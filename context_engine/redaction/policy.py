@@ -253,9 +253,12 @@ class RedactionPolicy(BaseModel):
         by_stage = {stage: tuple(p for p in plans if p.rule.covers(stage)) for stage in _STAGES}
         self._state = _State(by_stage, None, any(rule.action == "hash" for rule in self.rules))
 
-    def _st(self) -> _State:
-        # Read the private slot directly: pydantic's attribute hook for private names costs more
-        # than a whole no-op redact call should.
+    def _resolved(self) -> _State:
+        """The policy as resolved once (plans by stage, the bound key); read from the private slot directly.
+
+        Not ``self._state``: pydantic's attribute hook for private names costs more
+        than a whole no-op redact call should.
+        """
         private = self.__pydantic_private__
         assert private is not None
         return private["_state"]
@@ -282,12 +285,12 @@ class RedactionPolicy(BaseModel):
     @property
     def requires_key(self) -> bool:
         """Whether any rule hashes, so a key must be bound or passed before the policy is applied."""
-        return self._st().requires_key
+        return self._resolved().requires_key
 
     @property
     def has_bound_key(self) -> bool:
         """Whether :meth:`bind` has attached a key (the key itself is never exposed)."""
-        return self._st().key is not None
+        return self._resolved().key is not None
 
     def bind(self, secret_key: SecretKey) -> RedactionPolicy:
         """A copy of this policy that hashes with ``secret_key`` unless a call passes its own."""
@@ -295,7 +298,7 @@ class RedactionPolicy(BaseModel):
         if key is None:
             raise RedactionConfigError("bind() needs a key; pass bytes or a non-empty string")
         bound = self.model_copy()
-        bound._state = replace(self._st(), key=key)
+        bound._state = replace(self._resolved(), key=key)
         return bound
 
     def check_key(self, secret_key: SecretKey | None = None) -> None:
@@ -303,7 +306,7 @@ class RedactionPolicy(BaseModel):
         self._effective_key(secret_key)
 
     def _effective_key(self, secret_key: SecretKey | None) -> bytes | None:
-        state = self._st()
+        state = self._resolved()
         key = _coerce_key(secret_key) if secret_key is not None else state.key
         if key is None and state.requires_key:
             names = ", ".join(repr(r.name) for r in self.rules if r.action == "hash")
@@ -318,7 +321,7 @@ class RedactionPolicy(BaseModel):
     def _active(self, stage: Stage, principals: Sequence[str] | None) -> tuple[_Plan, ...]:
         if stage not in _STAGES:
             raise ValueError(f"stage must be 'ingest' or 'output', not {stage!r}")
-        plans = self._st().by_stage.get(stage, ())
+        plans = self._resolved().by_stage.get(stage, ())
         held = _principal_set(principals)
         if not held or not plans:
             return plans

@@ -11,33 +11,20 @@ chunks as one.
 
 The built-in legs (``fts``, ``trigram``, ``vector``, ``graph``, ``document_fts``) register themselves when
 :mod:`context_engine.retrieval.legs` is imported; :func:`legs` imports it first, so the registry is
-never seen without them. A host or a test adds a leg with :func:`register`.
+never seen without them. A host or a test adds a leg with :func:`register`. What a leg is
+(:class:`~context_engine.retrieval.leg.Leg`) is defined in :mod:`context_engine.retrieval.leg`.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
 
-if TYPE_CHECKING:
-    from context_engine.config import ContextEngineConfig
-    from context_engine.retrieval.retriever import Search
+from context_engine.errors import ConfigError
+from context_engine.retrieval.leg import Leg
 
 _LEGS: dict[str, Leg] = {}
 _BUILTINS = "context_engine.retrieval.legs"
-
-
-class Leg(Protocol):
-    name: str
-    default_weight: float
-
-    def applies(self, query: str, config: ContextEngineConfig) -> bool:
-        """Whether this leg runs for ``query`` (its weight is checked by the retriever)."""
-        ...
-
-    async def run(self, search: Search, index: int) -> list[tuple[int, float]]:
-        """Candidates for ``search.queries[index]``: ``(chunk_id, score)``, higher is better, best first."""
-        ...
 
 
 def register(leg: Leg) -> Leg:
@@ -65,5 +52,16 @@ def names() -> list[str]:
     return [leg.name for leg in legs()]
 
 
-def default_weights() -> dict[str, float]:
-    return {leg.name: leg.default_weight for leg in legs()}
+def weights(configured: Mapping[str, float]) -> dict[str, float]:
+    """Every registered leg's fusion weight: ``configured`` (``fusion.weights``) where it names the
+    leg, else the leg's default. A name no registered leg has is refused: the settings are read
+    before a host registers its legs, so this, not the settings, is where a misspelt leg is caught."""
+    merged = {leg.name: leg.default_weight for leg in legs()}
+    for leg in configured:
+        if leg not in merged:
+            raise ConfigError(
+                f"fusion.weights: no search leg is named {leg!r}; known legs: {', '.join(merged)}",
+                code="unknown_search_leg",
+            )
+    merged.update(configured)
+    return merged

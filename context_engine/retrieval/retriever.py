@@ -10,72 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from context_engine.retrieval import fusion, registry
-from context_engine.retrieval.registry import Leg
+from context_engine.retrieval.leg import Leg, Search, elapsed_ms
 from context_engine.services import Services
 from context_engine.storage.predicates import ReadScope
-
-
-def _ms(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 2)
-
-
-@dataclass
-class Search:
-    """One retrieval in flight: what every leg reads, and what they share.
-
-    The queries are embedded in one call, at most once, by whichever leg asks first; ``once`` does
-    the same for any other per-search value (the vector plan). Legs report into ``usage``.
-    """
-
-    services: Services
-    db: AsyncEngine
-    #: ``db`` in autocommit: a leg's plain reads, without a BEGIN and a ROLLBACK round trip each
-    reads: AsyncEngine
-    queries: list[str]
-    scope: ReadScope
-    limit: int
-    #: ``auto``, ``hybrid`` or ``graph`` (see the graph leg)
-    mode: str = "auto"
-    usage: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    _shared: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
-
-    def once(self, key: str, factory: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
-        """``factory()``'s result, computed by the first caller and shared with the rest."""
-        task = self._shared.get(key)
-        if task is None:
-            task = self._shared[key] = asyncio.ensure_future(factory())
-        return task
-
-    def vectors(self) -> Awaitable[list[list[float]]]:
-        """The queries' embeddings, one provider call for all of them."""
-        return self.once("vectors", self._embed)
-
-    async def _embed(self) -> list[list[float]]:
-        started = time.perf_counter()
-        try:
-            return await self.services.embedder.embed(list(self.queries), kind="query")
-        finally:
-            self.timings["embed"] = _ms(started)
-
-    def embedded(self) -> list[list[float]] | None:
-        """The query vectors if a leg computed them, without computing them."""
-        task = self._shared.get("vectors")
-        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
-            return None
-        return task.result()
-
-    def close(self) -> None:
-        for task in self._shared.values():
-            if not task.done():
-                task.cancel()
 
 
 @dataclass
@@ -112,12 +54,12 @@ class Retriever:
     """Runs the registered legs for a set of queries under one read scope."""
 
     def __init__(self, services: Services):
+        registry.weights(services.config.fusion.weights)  # a misspelt leg is refused now, not at the first search
         self.services = services
 
     def weights(self) -> dict[str, float]:
         """Every registered leg's fusion weight: ``fusion.weights`` where it names the leg, else the leg's default."""
-        configured = self.services.config.fusion.weights
-        return {leg.name: configured.get(leg.name, leg.default_weight) for leg in registry.legs()}
+        return registry.weights(self.services.config.fusion.weights)
 
     def active(self, query: str) -> list[Leg]:
         """The legs that run for ``query``: weighted above 0 and applicable."""
@@ -153,7 +95,7 @@ class Retriever:
         try:
             return await leg.run(search, index)
         finally:
-            elapsed = _ms(started)
+            elapsed = elapsed_ms(started)
             search.timings[leg.name] = max(elapsed, search.timings.get(leg.name, 0.0))
 
     def fuse(

@@ -36,7 +36,7 @@ def _ms(started: float) -> float:
 
 async def search(
     retriever: Retriever,
-    red: Redactor,
+    redactor: Redactor,
     query: str,
     scope: ReadScope,
     *,
@@ -76,7 +76,7 @@ async def search(
     t0 = time.perf_counter()
     if rows is None:
         rows = await repo.fetch_hits(db, [cid for cid, _ in fused], scope)
-    hits = _hits(red, retrieval, fused, rows)
+    hits = _hits(redactor, retrieval, fused, rows)
     compression: dict[str, Any] | None = None
     if compress_to_tokens is not None:
         hits, compression = budget.compress(hits, compress_to_tokens, retriever.services.embedder.count_tokens)
@@ -102,12 +102,12 @@ async def search(
 
 
 def _hits(
-    red: Redactor, retrieval: Retrieval, fused: list[tuple[int, float]], rows: dict[int, dict[str, Any]]
+    redactor: Redactor, retrieval: Retrieval, fused: list[tuple[int, float]], rows: dict[int, dict[str, Any]]
 ) -> list[Hit]:
     """The winners as hits, in fused order, redacted (a no-op policy is checked once, not per field)."""
     similarity = dict(retrieval.for_query(0).get("vector", []))
     found_by = retrieval.found_by()
-    redact: Callable[[str], str] = (lambda value: value) if red.noop else red.text
+    redact: Callable[[str], str] = (lambda value: value) if redactor.noop else redactor.text
     # built without re-validation: every value is typed by the columns it came from (a search of
     # 100 documents builds ~300 hits, and validating them cost more than the rest of the Python)
     return [

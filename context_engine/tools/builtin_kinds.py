@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from context_engine.tools import db_tool, http_tool, kinds, mcp_tool
+from context_engine.tools import db_tool, http_tool, kinds, mcp_kind
 
 kinds.register(http_tool.KIND)
 kinds.register(db_tool.KIND)
-kinds.register(mcp_tool.KIND)
+kinds.register(mcp_kind.KIND)

@@ -33,15 +33,17 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
 from context_engine.errors import ConfigError, ContextEngineError
+from context_engine.tools import mcp_tool
 from context_engine.tools.crypto import ConfigCipher
 from context_engine.tools.egress import EgressPolicy, Resolver, checked_address
 from context_engine.tools.errors import EgressRefused, ToolConfigInvalid, ToolExecutionFailed, missing_extra
+from context_engine.tools.mcp_tool import first_of, request_hooks, reraise_refusal
 
 log = logging.getLogger("context_engine.tools.mcp_oauth")
 
@@ -62,11 +64,9 @@ MESSAGES: dict[str, str] = {
     "token_exchange_failed": "The provider rejected the connection. Please try again.",
     "internal_error": "Something went wrong completing the connection.",
 }
-_OAUTH_KEYS = {"redirect_uri", "scope", "client_name"}
 _MAX_CALLBACK_VALUE = 4096
 #: flows one process keeps waiting at once (each holds a task and two futures, no connection)
 MAX_PENDING_FLOWS = 256
-E = TypeVar("E", bound=BaseException)
 
 
 class McpOAuthBusy(ContextEngineError):
@@ -84,62 +84,8 @@ class McpOAuthRequired(ContextEngineError):
     status = 409
 
 
-def check_oauth_config(oauth: Any) -> None:
-    """Refuse an ``oauth`` section the flow could not use."""
-    if not isinstance(oauth, dict):
-        raise ToolConfigInvalid("mcp tool 'oauth' must be an object with at least 'redirect_uri'")
-    unknown = set(oauth) - _OAUTH_KEYS
-    if unknown:
-        raise ToolConfigInvalid(f"mcp tool 'oauth' has unknown keys: {sorted(unknown)}")
-    redirect = oauth.get("redirect_uri")
-    try:
-        parsed = httpx.URL(redirect) if isinstance(redirect, str) else None
-    except httpx.InvalidURL:
-        parsed = None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host or parsed.fragment:
-        raise ToolConfigInvalid(
-            "mcp tool 'oauth.redirect_uri' must be the absolute http(s) URL of the host's OAuth callback"
-        )
-    for key in ("scope", "client_name"):
-        if key in oauth and (not isinstance(oauth[key], str) or not oauth[key].strip() or len(oauth[key]) > 500):
-            raise ToolConfigInvalid(f"mcp tool 'oauth.{key}' must be a non-empty string")
-
-
 def uses_oauth(config: Mapping[str, Any]) -> bool:
     return "oauth" in config
-
-
-def request_hooks(policy: EgressPolicy, resolver: Resolver | None) -> dict[str, list[Any]]:
-    """httpx2 event hooks running the egress check on every request a client sends (each hop)."""
-
-    async def check(request: Any) -> None:
-        await checked_address(httpx.URL(str(request.url)), policy, resolver)
-
-    return {"request": [check]}
-
-
-def first_of(exc: BaseException, kind: type[E]) -> E | None:
-    """The first exception of ``kind`` in ``exc``, its causes, and any exception group inside."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        current = todo.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, kind):
-            return current
-        if isinstance(current, BaseExceptionGroup):
-            todo.extend(current.exceptions)
-        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-    return None
-
-
-def reraise_refusal(exc: BaseException) -> None:
-    """Raise the egress refusal buried in ``exc`` (a hop to a host the policy refuses) as itself."""
-    refused = first_of(exc, EgressRefused)
-    if refused is not None:
-        raise refused from None
 
 
 def host_transport(factory: Callable[[str], Any] | None) -> Any:
@@ -233,7 +179,6 @@ async def call(
     http_client_factory: Callable[[str], Any] | None = None,
 ) -> Any:
     """One ``tools/call`` with the tool's stored tokens (refreshed when expired or refused once)."""
-    from context_engine.tools import mcp_tool
     from context_engine.tools.mcp_oauth_store import McpTokenStore
 
     store = McpTokenStore(db, ConfigCipher(secret_key), tool_id)

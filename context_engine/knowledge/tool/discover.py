@@ -46,12 +46,12 @@ async def discover(call: ToolCall) -> dict[str, Any]:
     field_rows = await reads.fields(db, call.principals, scope)
     revision = await reads.view_revision(db, call.principals, scope)
 
-    red = call.redactor
-    names = {doc_id: red.text(r["name"]) or "" for doc_id, r in zip(ids, rows, strict=True)}
+    redactor = call.redactor
+    names = {doc_id: redactor.text(r["name"]) or "" for doc_id, r in zip(ids, rows, strict=True)}
     keys = (
         frame_keys(
             await reads.newest_spreadsheets(db, call.principals, scope),
-            red,
+            redactor,
             max_documents=call.engine.config.compute.max_documents,
         )
         if sheet_ids
@@ -62,16 +62,16 @@ async def discover(call: ToolCall) -> dict[str, Any]:
     for row in rows:
         doc_id = str(row["id"])
         if row["kind"] == "spreadsheet":
-            structure = _sheets(doc_id, row, columns.get(doc_id, {}), keys, red, capped)
+            structure = _sheets(doc_id, row, columns.get(doc_id, {}), keys, redactor, capped)
         else:
-            structure = _text(doc_id, row, headings.get(doc_id, []), pages.get(doc_id), red, capped)
+            structure = _text(doc_id, row, headings.get(doc_id, []), pages.get(doc_id), redactor, capped)
         documents.append(
             {
                 "id": doc_id,
                 "name": names[doc_id],
                 "source_id": row["source_id"],
                 "kind": row["kind"],
-                "document_type": red.text(row["document_type"]),
+                "document_type": redactor.text(row["document_type"]),
                 "mode": row["meta"].get("mode") or "hybrid",
                 "status": row["status"],
                 "failure_reason": shown_failure(row["failure_reason"]),
@@ -90,9 +90,9 @@ async def discover(call: ToolCall) -> dict[str, Any]:
         answer["next_cursor"] = cursor
         answer["next_page"] = {"action": "discover", **call.paging_args(), "cursor": cursor}
     answer["document_types"] = [
-        {"kind": t["kind"], "document_type": red.text(t["document_type"]), "count": int(t["count"])} for t in types
+        {"kind": t["kind"], "document_type": redactor.text(t["document_type"]), "count": int(t["count"])} for t in types
     ]
-    answer["fields_by_type"] = _fields(field_rows, red)
+    answer["fields_by_type"] = _fields(field_rows, redactor)
     answer["available_actions"] = _available(call)
     tools_off = stored_tools_off(call.engine.config.secret_key)
     if tools_off is not None:  # so an agent does not plan on a governed tool that cannot run here
@@ -112,7 +112,7 @@ def _sheets(
     row: dict[str, Any],
     typed: dict[str, list[dict[str, Any]]],
     keys: dict[tuple[str, str], str],
-    red: Redactor,
+    redactor: Redactor,
     capped: bool,
 ) -> dict[str, Any]:
     all_sheets = [s for s in row["meta"].get("sheets") or [] if isinstance(s, dict)]
@@ -125,10 +125,10 @@ def _sheets(
         names = [str(c) for c in sheet.get("columns") or []]
         largest = max(largest, len(names))
         listed, more_columns = _cap(names, capped, LIST_CAP)
-        name = red.text(raw_name) or ""
+        name = redactor.text(raw_name) or ""
         entry: dict[str, Any] = {
             "name": name,
-            "columns": [{"name": red.text(c), "type": kinds.get(c)} for c in listed],
+            "columns": [{"name": redactor.text(c), "type": kinds.get(c)} for c in listed],
             "rows": int(sheet.get("rows") or 0),
             "frame_key": keys.get((doc_id, raw_name)),
         }
@@ -148,14 +148,14 @@ def _text(
     row: dict[str, Any],
     headings: list[dict[str, Any]],
     last_page: int | None,
-    red: Redactor,
+    redactor: Redactor,
     capped: bool,
 ) -> dict[str, Any]:
     meta = row["meta"]
     structure: dict[str, Any] = {"chunks": int(row["chunk_count"])}
     json_keys = meta.get("keys")
     if isinstance(json_keys, list):
-        listed, more = _cap([red.text(str(k)) for k in json_keys], capped, LIST_CAP)
+        listed, more = _cap([redactor.text(str(k)) for k in json_keys], capped, LIST_CAP)
         structure["keys"] = listed
         if more:
             structure["more_keys"] = more
@@ -163,7 +163,7 @@ def _text(
         return structure
     if headings:
         listed, more = _cap(headings, capped, LIST_CAP)
-        structure["sections"] = [{"name": red.text(h["name"]), "start": h["start"]} for h in listed]
+        structure["sections"] = [{"name": redactor.text(h["name"]), "start": h["start"]} for h in listed]
         if more:
             structure["more_sections"] = more
             _rest(structure, doc_id, len(headings), "search for the section you need, or walk it with get_chunks")
@@ -181,13 +181,13 @@ def _rest(structure: dict[str, Any], doc_id: str, total: int, otherwise: str) ->
         structure["instead"] = f"too large to list ({total} items): {otherwise}"
 
 
-def _fields(rows: list[dict[str, Any]], red: Redactor) -> dict[str, Any]:
+def _fields(rows: list[dict[str, Any]], redactor: Redactor) -> dict[str, Any]:
     """``"kind"`` or ``"kind/document_type"`` -> field name -> {type, documents}."""
     grouped: dict[str, dict[str, Any]] = {}
     for row in rows:
-        doc_type = red.text(row["document_type"])
+        doc_type = redactor.text(row["document_type"])
         key = row["kind"] if doc_type is None else f"{row['kind']}/{doc_type}"
-        name = red.text(row["field"]) or ""
+        name = redactor.text(row["field"]) or ""
         fields = grouped.setdefault(key, {})
         if name in fields:  # one field seen with several JSON types: report the most common, count all
             fields[name]["documents"] += int(row["count"])

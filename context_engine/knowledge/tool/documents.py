@@ -200,14 +200,14 @@ async def list_documents(call: ToolCall) -> dict[str, Any]:
     rows = await reads.document_page(db, call.principals, scope, limit=limit + 1, after=after)
     more = len(rows) > limit
     rows = rows[:limit]
-    red = call.redactor
+    redactor = call.redactor
     documents = [
         {
             "id": str(r["id"]),
-            "name": red.text(r["name"]),
+            "name": redactor.text(r["name"]),
             "source_id": r["source_id"],
             "kind": r["kind"],
-            "document_type": red.text(r["document_type"]),
+            "document_type": redactor.text(r["document_type"]),
             "mode": r["meta"].get("mode") or "hybrid",
             "status": r["status"],
             "failure_reason": shown_failure(r["failure_reason"]),

@@ -3,7 +3,7 @@
 A host runner replaces the built-in action, so the host applies its own permission, billing and
 approval rules there. It receives the narrowed scope and the caller's principals, never the
 redaction policy or its key; what it returns is masked here, whole. The built-in actions
-(:mod:`context_engine.compute`, :mod:`context_engine.mapreduce`, :mod:`context_engine.extraction`)
+(:mod:`context_engine.compute`, :mod:`context_engine.mapreduce`, :mod:`context_engine.document_fields`)
 redact inside, with this call's policy.
 """
 

@@ -99,9 +99,9 @@ async def compute_suggestion(call: ToolCall, scope: Narrowed) -> dict[str, Any]:
     sheets = await reads.newest_spreadsheets(db, call.principals, scope)
     if not sheets:
         return {"frame_key": None, "measure": None, "group_by": None}
-    red = call.redactor
+    redactor = call.redactor
     newest = sheets[0]
-    keys = frame_keys(sheets, red, max_documents=call.engine.config.compute.max_documents)
+    keys = frame_keys(sheets, redactor, max_documents=call.engine.config.compute.max_documents)
     names = sheet_names(newest["sheets"])
     if not names:
         return {"frame_key": None, "measure": None, "group_by": None}
@@ -109,8 +109,8 @@ async def compute_suggestion(call: ToolCall, scope: Narrowed) -> dict[str, Any]:
     measure, group_by = first_columns(columns.get(str(newest["id"]), {}).get(names[0], []))
     return {
         "frame_key": keys.get((str(newest["id"]), names[0])),
-        "measure": red.text(measure),
-        "group_by": red.text(group_by),
+        "measure": redactor.text(measure),
+        "group_by": redactor.text(group_by),
     }
 
 
@@ -122,12 +122,12 @@ async def _by_file_name(call: ToolCall, scope: Narrowed, query: str, top_k: int)
     rows = await reads.by_file_name(db, call.principals, scope, name, limit=max(1, top_k), threshold=NAME_SIMILARITY)
     if not rows:
         return None
-    red = call.redactor
+    redactor = call.redactor
     hits = [
         {
             "document_id": str(r["id"]),
-            "document_name": red.text(r["name"]),
-            "chunk_text": red.text(r["text"]) or "",
+            "document_name": redactor.text(r["name"]),
+            "chunk_text": redactor.text(r["text"]) or "",
             "score": round(float(r["similarity"]), 6),
             "source_id": r["source_id"],
             "chunk_idx": r["position"],
