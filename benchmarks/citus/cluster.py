@@ -243,8 +243,11 @@ def prepare_template(nodes: list[Node]) -> None:
                 time.sleep(0.2)
 
 
-def create_database(nodes: list[Node], database: str) -> str:
-    """A new Citus database on the cluster (created on every node); returns its coordinator URL."""
+def create_database(nodes: list[Node], database: str, *, citus: bool = True) -> str:
+    """A new database on the cluster (created on every node); returns its coordinator URL.
+
+    ``citus=False`` leaves the extensions out and the workers unregistered: a single node's database
+    on the coordinator, as a restored one is before it moves (:func:`prepare_database` makes it one)."""
     with psycopg.connect(nodes[0].url(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
     for node in nodes[1:]:  # propagation creates it on the workers when it is on; be sure either way
@@ -252,7 +255,8 @@ def create_database(nodes: list[Node], database: str) -> str:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{database}"')
-    prepare_database(nodes, database)
+    if citus:
+        prepare_database(nodes, database)
     return nodes[0].url(database)
 
 

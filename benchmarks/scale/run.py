@@ -5,9 +5,12 @@ Run from the repository root::
     python benchmarks/scale/run.py --data PATH/TO/scifact/corpus.jsonl.gz            # 1,000,000 rows
     python benchmarks/scale/run.py --data ... --rows 100000 --keep DIR                 # keep the database
     python benchmarks/scale/run.py --data ... --rows 100000 --reuse DIR                # search phases only
+    python benchmarks/scale/run.py --data ... --rows 200000 --database-url URL         # a server of yours
 
-It starts its own embedded PostgreSQL in a temporary directory (or ``--keep``/``--reuse`` DIR) and
-runs these phases, printing a Markdown table ready for ``benchmarks/README.md``:
+It starts its own embedded PostgreSQL in a temporary directory (or ``--keep``/``--reuse`` DIR), or
+runs against an empty database at ``--database-url`` (migrated here unless it is already; a Citus
+coordinator's is distributed, as ``migrate --citus`` does; ``--search-only`` for one loaded before),
+and runs these phases, printing a Markdown table ready for ``benchmarks/README.md``:
 
 1. bulk ingest (``engine.bulk_ingest``) of documents of ten chunks, each chunk's text drawn from
    the vocabulary of ``--data`` and its vector given by the generator (``scale_corpus.py``) through a
@@ -19,6 +22,10 @@ runs these phases, printing a Markdown table ready for ``benchmarks/README.md``:
 4. the ACL recall grid: slices of 0.1% to 100% in three layouts, each query through the vector leg
    with the exact scan (the ground truth: every eligible row scored), the iterative index scan
    and the planner's choice.
+
+``benchmarks/citus/scale.py`` runs the same phases on a Citus cluster and a single node at once
+(latency and recall interleaved), through :func:`latency_phase` and :func:`recall_phase`, which take
+several engines.
 
 Peak RSS of this process (the engine's) is sampled during the load and during the searches; it
 includes the generator's per-row layout (a few MB per million rows), not the vectors, which are
