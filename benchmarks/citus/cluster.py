@@ -217,6 +217,7 @@ def prepare_database(nodes: list[Node], database: str) -> None:
             conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            conn.execute("CREATE EXTENSION IF NOT EXISTS unaccent")
     coordinator, workers = nodes[0], nodes[1:]
     with psycopg.connect(coordinator.url(database), autocommit=True) as conn:
         conn.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coordinator.port,))
