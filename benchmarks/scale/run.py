@@ -5,9 +5,12 @@ Run from the repository root::
     python benchmarks/scale/run.py --data PATH/TO/scifact/corpus.jsonl.gz            # 1,000,000 rows
     python benchmarks/scale/run.py --data ... --rows 100000 --keep DIR                 # keep the database
     python benchmarks/scale/run.py --data ... --rows 100000 --reuse DIR                # search phases only
+    python benchmarks/scale/run.py --data ... --rows 200000 --database-url URL         # a server of yours
 
-It starts its own embedded PostgreSQL in a temporary directory (or ``--keep``/``--reuse`` DIR) and
-runs these phases, printing a Markdown table ready for ``benchmarks/README.md``:
+It starts its own embedded PostgreSQL in a temporary directory (or ``--keep``/``--reuse`` DIR), or
+runs against an empty database at ``--database-url`` (migrated here unless it is already; a Citus
+coordinator's is distributed, as ``migrate --citus`` does; ``--search-only`` for one loaded before),
+and runs these phases, printing a Markdown table ready for ``benchmarks/README.md``:
 
 1. bulk ingest (``engine.bulk_ingest``) of documents of ten chunks, each chunk's text drawn from
    the vocabulary of ``--data`` and its vector given by the generator (``scale_corpus.py``) through a
@@ -19,6 +22,10 @@ runs these phases, printing a Markdown table ready for ``benchmarks/README.md``:
 4. the ACL recall grid: slices of 0.1% to 100% in three layouts, each query through the vector leg
    with the exact scan (the ground truth: every eligible row scored), the iterative index scan
    and the planner's choice.
+
+``benchmarks/citus/scale.py`` runs the same phases on a Citus cluster and a single node at once
+(latency and recall interleaved), through :func:`latency_phase` and :func:`recall_phase`, which take
+several engines.
 
 Peak RSS of this process (the engine's) is sampled during the load and during the searches; it
 includes the generator's per-row layout (a few MB per million rows), not the vectors, which are
@@ -242,7 +249,13 @@ def query_texts(vocab: sc.Vocabulary, count: int) -> list[str]:
     return [" ".join(rng.choice(middle, int(rng.integers(2, 6)), replace=False)) for _ in range(count)]
 
 
-async def latency_phase(engine: ContextEngine, vocab: sc.Vocabulary, layout: sc.Layout, count: int) -> dict:
+async def latency_phase(
+    engines: dict[str, ContextEngine], vocab: sc.Vocabulary, layout: sc.Layout, count: int
+) -> dict[str, dict]:
+    """Fused search latency per caller, for each of ``engines`` (holding the same data), keyed by name.
+
+    With several engines the queries are interleaved: each query is asked of every engine in turn
+    (the order alternating from query to query), so a change of the machine's load falls on all."""
     rng = np.random.default_rng(5)
     callers: dict[str, Any] = {
         "trusted": TRUSTED,
@@ -253,68 +266,76 @@ async def latency_phase(engine: ContextEngine, vocab: sc.Vocabulary, layout: sc.
     # warm, as a server that has been answering for a while is: the chunks read once (a sequential
     # scan puts the heap in the OS cache), then other queries once per caller, so the first caller
     # timed does not pay for reading the indexes from disk after the load (the model loads here too)
-    db = await engine.database()
-    async with db.connect() as conn:
-        await conn.execute(text("SELECT sum(tsv_tokens) FROM ce_chunks"))
-    for principals in callers.values():
-        for q in query_texts(vocab, count + 20)[count:]:
-            await engine.search(q, top_k=10, principals=principals)
-    out: dict[str, Any] = {"load_average_before": load_average()}
+    for engine in engines.values():
+        db = await engine.database()
+        async with db.connect() as conn:
+            await conn.execute(text("SELECT sum(tsv_tokens) FROM ce_chunks"))
+        for principals in callers.values():
+            for q in query_texts(vocab, count + 20)[count:]:
+                await engine.search(q, top_k=10, principals=principals)
+    out: dict[str, dict[str, Any]] = {name: {"load_average_before": load_average()} for name in engines}
+
+    async def timed(key: str, principals: Any, k: int) -> None:
+        times: dict[str, list[float]] = {name: [] for name in engines}
+        for i, q in enumerate(texts):
+            for name in interleaved(list(engines), i):
+                t0 = time.perf_counter()
+                await engines[name].search(q, top_k=k, principals=principals)
+                times[name].append((time.perf_counter() - t0) * 1000)
+        for name, values in times.items():
+            out[name][key] = {"p50_ms": round(pct(values, 50), 1), "p95_ms": round(pct(values, 95), 1)}
+
     with PeakRss() as rss:
         for label, principals in callers.items():
             for k in (10, 100):
-                times = []
-                for q in texts:
-                    t0 = time.perf_counter()
-                    await engine.search(q, top_k=k, principals=principals)
-                    times.append((time.perf_counter() - t0) * 1000)
-                out[f"{label} top_k={k}"] = {"p50_ms": round(pct(times, 50), 1), "p95_ms": round(pct(times, 95), 1)}
+                await timed(f"{label} top_k={k}", principals, k)
         # the full-text leg alone: every other leg weighted 0 (so no query embedding either)
-        fused = engine.config
-        weights = {leg: 0.0 for leg in registry.names()} | {"fts": 1.0}
-        engine.config = fused.model_copy(update={"fusion": fused.fusion.model_copy(update={"weights": weights})})
+        fused = {name: engine.config for name, engine in engines.items()}
+        for name, engine in engines.items():
+            weights = {leg: 0.0 for leg in registry.names()} | {"fts": 1.0}
+            engine.config = fused[name].model_copy(
+                update={"fusion": fused[name].fusion.model_copy(update={"weights": weights})}
+            )
         try:
             for label, principals in callers.items():
-                times = []
-                for q in texts:
-                    t0 = time.perf_counter()
-                    await engine.search(q, top_k=10, principals=principals)
-                    times.append((time.perf_counter() - t0) * 1000)
-                out[f"fts {label}"] = {"p50_ms": round(pct(times, 50), 1), "p95_ms": round(pct(times, 95), 1)}
+                await timed(f"fts {label}", principals, 10)
         finally:
-            engine.config = fused
-    out["peak_rss_search_mb"] = round(rss.peak / 2**20)
-    out["load_average_after"] = load_average()
+            for name, engine in engines.items():
+                engine.config = fused[name]
+    for name in engines:
+        out[name]["peak_rss_search_mb"] = round(rss.peak / 2**20)
+        out[name]["load_average_after"] = load_average()
     return out
 
 
+def interleaved(names: list[str], i: int) -> list[str]:
+    """The order in which query ``i`` is asked of the engines: reversed on every other query."""
+    return names if i % 2 == 0 else names[::-1]
+
+
 async def recall_phase(
-    engine: ContextEngine, layout: sc.Layout, count: int, cell_seconds: float
-) -> list[dict[str, Any]]:
-    """The cells: recall@10 of the iterative scan and of the planner against the exact scan.
+    engines: dict[str, ContextEngine], layout: sc.Layout, count: int, cell_seconds: float
+) -> dict[str, list[dict[str, Any]]]:
+    """The cells: recall@10 of the iterative scan and of the planner against the exact scan, for each
+    of ``engines`` (holding the same data; each query asked of every engine in turn), keyed by name.
 
     100% is the same slice in every layout, asked as a caller who may see every row: once scoped to
     the benchmark's source, once naming no source (the index searched unfiltered). A
     cell stops after ``cell_seconds`` once it has three queries (exact scans of large slices of a
     million rows take seconds each); its row says how many queries it ran."""
-    db = await engine.database()
-    config = engine.config
+    dbs = {name: await engine.database() for name, engine in engines.items()}
     centres = layout.centres(DIM)
     relaxed = planner.index_settings(40, "relaxed_order")
     iterative = VectorPlan(planner.ANN, None, settings=relaxed, allow_fallback=False)
     exact = VectorPlan(planner.EXACT, None, allow_fallback=False)
-    cells = []
+    cells: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
     k = 10
     for percent in sc.PERCENTS:
         for layout_name in sc.LAYOUTS if percent < 100 else ("every row", "every row, no source scope"):
             which = sc.LAYOUTS.index(layout_name) if layout_name in sc.LAYOUTS else 0
             rng = np.random.default_rng([17, int(percent * 10), which])
             qs = sc.queries(layout, count, centres, seed=int(percent * 10) * 3 + which)
-            times: dict[str, list[float]] = {"exact": [], "iterative": [], "planner": []}
-            recall: dict[str, list[float]] = {"iterative": [], "planner": []}
-            short = {"iterative": 0, "planner": 0}
-            empty = {"iterative": 0, "planner": 0}
-            chosen: list[str] = []
+            cell = {name: RecallCell() for name in engines}
             started = time.perf_counter()
             for i in range(count):
                 if i >= 3 and time.perf_counter() - started > cell_seconds:
@@ -324,47 +345,81 @@ async def recall_phase(
                 unscoped = layout_name == "every row, no source scope"
                 scope = ReadScope(principals) if unscoped else ReadScope(principals, source_ids=(SOURCE,))
                 vector = qs[i].tolist()
-                t0 = time.perf_counter()
-                truth = {cid for cid, _ in await vector_leg(db, vector, scope, limit=k, plan=exact)}
-                times["exact"].append((time.perf_counter() - t0) * 1000)
-                for name in ("iterative", "planner") if i % 2 == 0 else ("planner", "iterative"):
+                for name in interleaved(list(engines), i):
+                    db, config, c = dbs[name], engines[name].config, cell[name]
                     t0 = time.perf_counter()
-                    plan = iterative if name == "iterative" else await plan_for(db, scope, config)
-                    found = await vector_leg(db, vector, scope, limit=k, plan=plan)
-                    times[name].append((time.perf_counter() - t0) * 1000)
-                    ids = {cid for cid, _ in found}
-                    recall[name].append(len(ids & truth) / max(1, len(truth)))
-                    short[name] += len(found) < min(k, len(truth)) or len(found) < k
-                    empty[name] += not found
-                    if name == "planner":
-                        chosen.append(plan.plan + ("+fallback" if plan.fallback else ""))
-            cells.append(
-                {
-                    "slice": f"{percent:g}%",
-                    "layout": layout_name,
-                    "queries": len(times["exact"]),
-                    "recall_iterative": round(statistics.fmean(recall["iterative"]), 3),
-                    "recall_planner": round(statistics.fmean(recall["planner"]), 3),
-                    "short_planner": short["planner"],
-                    "empty_planner": empty["planner"],
-                    "short_iterative": short["iterative"],
-                    "exact_p50_ms": round(pct(times["exact"], 50), 1),
-                    "iterative_p50_ms": round(pct(times["iterative"], 50), 1),
-                    "planner_p50_ms": round(pct(times["planner"], 50), 1),
-                    "planner_plans": ", ".join(f"{p} {chosen.count(p)}" for p in sorted(set(chosen))),
-                }
-            )
-            print(json.dumps(cells[-1]), flush=True)
+                    truth = {cid for cid, _ in await vector_leg(db, vector, scope, limit=k, plan=exact)}
+                    c.times["exact"].append((time.perf_counter() - t0) * 1000)
+                    for leg in ("iterative", "planner") if i % 2 == 0 else ("planner", "iterative"):
+                        t0 = time.perf_counter()
+                        plan = iterative if leg == "iterative" else await plan_for(db, scope, config)
+                        found = await vector_leg(db, vector, scope, limit=k, plan=plan)
+                        c.times[leg].append((time.perf_counter() - t0) * 1000)
+                        ids = {cid for cid, _ in found}
+                        c.recall[leg].append(len(ids & truth) / max(1, len(truth)))
+                        c.short[leg] += len(found) < min(k, len(truth)) or len(found) < k
+                        c.empty[leg] += not found
+                        if leg == "planner":
+                            c.chosen.append(plan.plan + ("+fallback" if plan.fallback else ""))
+            for name in engines:
+                cells[name].append(cell[name].row(f"{percent:g}%", layout_name))
+                print(json.dumps({"engine": name} | cells[name][-1]), flush=True)
     return cells
 
 
+class RecallCell:
+    """What one cell of the recall grid collects for one engine."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = {"exact": [], "iterative": [], "planner": []}
+        self.recall: dict[str, list[float]] = {"iterative": [], "planner": []}
+        self.short = {"iterative": 0, "planner": 0}
+        self.empty = {"iterative": 0, "planner": 0}
+        self.chosen: list[str] = []
+
+    def row(self, slice_label: str, layout_name: str) -> dict[str, Any]:
+        return {
+            "slice": slice_label,
+            "layout": layout_name,
+            "queries": len(self.times["exact"]),
+            "recall_iterative": round(statistics.fmean(self.recall["iterative"]), 3),
+            "recall_planner": round(statistics.fmean(self.recall["planner"]), 3),
+            "short_planner": self.short["planner"],
+            "empty_planner": self.empty["planner"],
+            "short_iterative": self.short["iterative"],
+            "exact_p50_ms": round(pct(self.times["exact"], 50), 1),
+            "iterative_p50_ms": round(pct(self.times["iterative"], 50), 1),
+            "planner_p50_ms": round(pct(self.times["planner"], 50), 1),
+            "planner_plans": ", ".join(f"{p} {self.chosen.count(p)}" for p in sorted(set(self.chosen))),
+        }
+
+
 def index_size(url: str) -> dict[str, Any]:
+    """The HNSW index, ``ce_chunks`` and the database on disk; on a Citus coordinator, summed over
+    every node's shards (the coordinator's own tables are empty shells there)."""
     with psycopg.connect(url) as conn:
+        citus = conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'citus'").fetchone()
+        if citus and citus[0]:
+            sizes = (
+                "(SELECT sum(CAST(result AS bigint)) FROM run_command_on_workers($$SELECT coalesce(sum("
+                "pg_relation_size(oid)), 0) FROM pg_class WHERE relname LIKE 'ix_ce_chunks_embedding_%'$$))",
+                "citus_total_relation_size('ce_chunks')",
+                "(SELECT sum(CAST(result AS bigint)) FROM run_command_on_all_nodes("
+                "$$SELECT pg_database_size(current_database())$$))",
+            )
+            buffers = "(SELECT string_agg(DISTINCT result, ', ') || ' per worker' FROM run_command_on_workers("
+            buffers += "$$SHOW shared_buffers$$))"
+        else:
+            sizes = (
+                "pg_relation_size('ix_ce_chunks_embedding')",
+                "pg_total_relation_size('ce_chunks')",
+                "pg_database_size(current_database())",
+            )
+            buffers = "current_setting('shared_buffers')"
         row = conn.execute(
-            "SELECT pg_size_pretty(pg_relation_size('ix_ce_chunks_embedding')), "
-            "pg_size_pretty(pg_total_relation_size('ce_chunks')), "
-            "pg_size_pretty(pg_database_size(current_database())), "
-            "current_setting('shared_buffers'), (SELECT extversion FROM pg_extension WHERE extname = 'vector'), "
+            f"SELECT pg_size_pretty(CAST({sizes[0]} AS bigint)), pg_size_pretty(CAST({sizes[1]} AS bigint)), "
+            f"pg_size_pretty(CAST({sizes[2]} AS bigint)), "
+            f"{buffers}, (SELECT extversion FROM pg_extension WHERE extname = 'vector'), "
             "current_setting('server_version')"
         ).fetchone()
     assert row is not None
@@ -427,7 +482,45 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------- main
+def header(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "rows": args.rows,
+        "machine": f"{os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GB",
+        "load_average_start": load_average(),
+    }
+
+
+def engine_for(url: str) -> ContextEngine:
+    """An engine on ``url`` whose documents take the generator's vectors (migrating it if needed)."""
+    config = ContextEngineConfig(database_url=url, storage={"auto_migrate": True})
+    return ContextEngine(config, embedder=GivenVectorsEmbedder(build_embedder(config.embedding)))
+
+
+async def measure(args: argparse.Namespace, url: str, fresh: bool) -> dict[str, Any]:
+    """Every phase against the database at ``url`` (loaded first when ``fresh``)."""
+    layout = sc.make_layout(args.rows)
+    vocab = sc.vocabulary(args.data)
+    results = header(args)
+    async with engine_for(url) as engine:
+        if fresh:
+            print(f"bulk loading {args.rows:,} rows ...", flush=True)
+            results["bulk"] = await bulk_phase(engine, layout, vocab, args)
+            print(json.dumps(results["bulk"]), flush=True)
+            if args.ordinary:
+                results["ordinary"] = await ordinary_phase(engine, layout, vocab, args.ordinary)
+                print(json.dumps(results["ordinary"]), flush=True)
+        results["sizes"] = index_size(url)
+        if args.latency_queries:
+            results["latency"] = (await latency_phase({"": engine}, vocab, layout, args.latency_queries))[""]
+            print(json.dumps(results["latency"]), flush=True)
+        if args.queries:
+            results["recall"] = (await recall_phase({"": engine}, layout, args.queries, args.cell_seconds))[""]
+    results["load_average_end"] = load_average()
+    return results
+
+
 async def run(args: argparse.Namespace, base: Path, fresh: bool) -> dict[str, Any]:
+    """Every phase against the embedded server in ``base`` (started here, stopped afterwards)."""
     pgdata, url = embedded.acquire(base)
     try:
         if args.shared_buffers:
@@ -437,41 +530,15 @@ async def run(args: argparse.Namespace, base: Path, fresh: bool) -> dict[str, An
                     conn.execute(f"ALTER SYSTEM SET shared_buffers = '{args.shared_buffers}'")
                     embedded.release(pgdata)
                     pgdata, url = embedded.acquire(base)
-        layout = sc.make_layout(args.rows)
-        vocab = sc.vocabulary(args.data)
-        results: dict[str, Any] = {
-            "rows": args.rows,
-            "machine": f"{os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GB",
-            "load_average_start": load_average(),
-        }
-        config = ContextEngineConfig(database_url=url, storage={"auto_migrate": True})
-        embedder = GivenVectorsEmbedder(build_embedder(config.embedding))
-        async with ContextEngine(config, embedder=embedder) as engine:
-            if fresh:
-                print(f"bulk loading {args.rows:,} rows ...", flush=True)
-                results["bulk"] = await bulk_phase(engine, layout, vocab, args)
-                print(json.dumps(results["bulk"]), flush=True)
-                if args.ordinary:
-                    results["ordinary"] = await ordinary_phase(engine, layout, vocab, args.ordinary)
-                    print(json.dumps(results["ordinary"]), flush=True)
-            results["sizes"] = index_size(url)
-            if args.latency_queries:
-                results["latency"] = await latency_phase(engine, vocab, layout, args.latency_queries)
-                print(json.dumps(results["latency"]), flush=True)
-            if args.queries:
-                results["recall"] = await recall_phase(engine, layout, args.queries, args.cell_seconds)
-        results["load_average_end"] = load_average()
-        return results
+        return await measure(args, url, fresh)
     finally:
         embedded.release(pgdata)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the load and the search phases (shared with ``benchmarks/citus/scale.py``)."""
     parser.add_argument("--data", type=Path, required=True, help="a BEIR corpus.jsonl.gz for the vocabulary")
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--keep", type=Path, help="load into DIR and leave the database there")
-    parser.add_argument("--reuse", type=Path, help="run the search phases on the database kept in DIR")
     parser.add_argument("--queries", type=int, default=50, help="queries per ACL-recall cell (0 skips the grid)")
     parser.add_argument("--cell-seconds", type=float, default=120.0, help="time cap of one ACL-recall cell")
     parser.add_argument("--latency-queries", type=int, default=50, help="queries per caller (0 skips)")
@@ -481,15 +548,35 @@ def main() -> int:
     parser.add_argument("--parallel-workers", type=int, default=None)
     parser.add_argument("--shared-buffers", default="1GB")
     parser.add_argument("--out", type=Path, default=HERE / "results.json")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(parser)
+    parser.add_argument("--keep", type=Path, help="load into DIR and leave the database there")
+    parser.add_argument("--reuse", type=Path, help="run the search phases on the database kept in DIR")
+    parser.add_argument(
+        "--database-url",
+        help="run against this database instead of an embedded server of its own (a Citus coordinator "
+        "migrated with `migrate --citus`, or any server); it is loaded unless --search-only",
+    )
+    parser.add_argument("--search-only", action="store_true", help="with --database-url: skip the load")
     args = parser.parse_args()
     if args.keep and args.reuse:
         parser.error("--keep and --reuse are exclusive")
-    base = args.reuse or args.keep or Path(tempfile.mkdtemp(prefix="ce-scale-"))
-    try:
-        results = asyncio.run(run(args, base, fresh=args.reuse is None))
-    finally:
-        if not (args.keep or args.reuse):
-            embedded.remove(base)
+    if args.database_url and (args.keep or args.reuse):
+        parser.error("--database-url runs against that database: --keep and --reuse are for the embedded server")
+    if args.search_only and not args.database_url:
+        parser.error("--search-only goes with --database-url (the embedded server's is --reuse DIR)")
+    if args.database_url:
+        results = asyncio.run(measure(args, args.database_url, fresh=not args.search_only))
+    else:
+        base = args.reuse or args.keep or Path(tempfile.mkdtemp(prefix="ce-scale-"))
+        try:
+            results = asyncio.run(run(args, base, fresh=args.reuse is None))
+        finally:
+            if not (args.keep or args.reuse):
+                embedded.remove(base)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print()
     print(markdown(results))

@@ -71,6 +71,13 @@ SELECT create_reference_table(t) FROM unnest(ARRAY['ce_meta', 'ce_store_revision
     'ce_bm25_terms', 'ce_idempotency_keys', 'ce_agent_links', 'ce_tools', 'ce_tool_approvals',
     'ce_tool_calls']) AS t;
 
+-- The functions of the numbered revisions that run on the shards are created on every node. A database
+-- created on the cluster has them there already (Citus propagates a function created once it is
+-- installed); one moved from a single node was created before, so only the coordinator has them. A
+-- table's own dependencies (ce_tsv_tokens, of a generated column) go with it; ce_vector_count_keys,
+-- called by the shards' count triggers and by the recount below, is no table's dependency.
+SELECT create_distributed_function('ce_vector_count_keys(text[])');
+
 SELECT create_distributed_table('ce_documents', 'id');
 SELECT create_distributed_table('ce_document_versions', 'document_id', colocate_with => 'ce_documents');
 SELECT create_distributed_table('ce_chunks', 'document_id', colocate_with => 'ce_documents');
