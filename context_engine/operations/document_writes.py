@@ -8,12 +8,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from context_engine.errors import InvalidRequest, NameTaken, NotFound
+from context_engine.errors import NameTaken, NotFound
 from context_engine.models import Document
 from context_engine.operations.context import EngineContext
 from context_engine.operations.document_reads import get_document
 from context_engine.operations.graph import repair_graph
-from context_engine.operations.ingest_checks import check_filing
+from context_engine.operations.ingest_checks import check_filing, check_name
 from context_engine.principals import TRUSTED, Principals, resolve
 from context_engine.redaction import RedactionPolicy
 from context_engine.revisions import idempotency, keyed, retention
@@ -44,8 +44,7 @@ async def update_document(
     if name is not None and isinstance(name, str):
         name = scrub.text(name)
     acl_list = check_filing(acl, caller) if acl is not None else None
-    if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise InvalidRequest("name must be a non-empty string")
+    check_name(name)
     db = await ctx.db()
     try:
         revision = await repo.update_document(

@@ -32,6 +32,11 @@ def check_filing(acl: Sequence[str] | None, caller: tuple[str, ...] | None) -> l
 def check_source_and_name(source_id: Any, name: Any) -> None:
     if not isinstance(source_id, str) or not source_id.strip():
         raise InvalidRequest("source_id must be a non-empty string")
+    check_name(name)
+
+
+def check_name(name: Any) -> None:
+    """A document's name, when one is given, has a word in it."""
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise InvalidRequest("name must be a non-empty string")
 
