@@ -1,5 +1,10 @@
 """The knowledge graph behind ``mode="graph"``: its tables, a document's facts (built at ingest or
-later, repaired after a delete) and the navigation actions over them."""
+later, repaired after a delete) and the navigation actions over them.
+
+The graph modules that read, write and navigate facts all load the entity-extraction code, which
+``import context_engine`` and the search path never load (``tests/test_graph_extract.py``): they are
+imported by the functions here that use them, on the first graph call, and nowhere else.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from context_engine.errors import ContextEngineError
 from context_engine.graph import names
-from context_engine.graph import store as graph_store
-from context_engine.graph.document import extract_document, extraction_llm, repair_document
 from context_engine.graph.errors import GraphDisabled, GraphNeedsLLM
-from context_engine.graph.navigate import run_action
 from context_engine.graph.redact import redact_answer
+from context_engine.models import DocumentReport
 from context_engine.operations.context import EngineContext
 from context_engine.operations.document_reads import get_document
 from context_engine.principals import TRUSTED, Principals, resolve
@@ -21,6 +25,8 @@ from context_engine.storage.migrate import migrate
 from context_engine.storage.predicates import ReadScope
 from context_engine.validation import check_document_id, check_document_ids, check_id_list
 from context_engine.write_access import WriteTarget
+
+log = logging.getLogger("context_engine")
 
 
 async def migrate_graph(ctx: EngineContext) -> list[str]:
@@ -41,6 +47,8 @@ async def migrate_graph(ctx: EngineContext) -> list[str]:
 
 async def extract_graph(ctx: EngineContext, document_id: str, *, principals: Principals = TRUSTED) -> Any:
     """Build the graph facts of a stored document (what ``ingest(mode="graph")`` runs after storing it)."""
+    from context_engine.graph.document import extract_document
+
     doc = await get_document(ctx, document_id, principals=principals, include_text=False)
     # it rewrites the document's graph facts (and spends model calls): a write, not a read
     target = WriteTarget(doc.id, doc.source_id, doc.name, tuple(doc.acl))
@@ -50,6 +58,8 @@ async def extract_graph(ctx: EngineContext, document_id: str, *, principals: Pri
 
 async def repair_graph(ctx: EngineContext, document_id: str) -> Any:
     """Remove what a deleted or replaced document's closed chunks stated (what ``delete_document`` runs after)."""
+    from context_engine.graph.document import repair_document
+
     return await repair_document(ctx.services, check_document_id(document_id))
 
 
@@ -67,6 +77,8 @@ async def graph_query(
     """One navigation action (``get_neighbors``, ``traverse``, ``find_related``, ``community_summary``)
     under the caller's ACL (and ``document_ids``, a knowledge tool's ceiling), its text fields redacted
     by the output policy (ids are not)."""
+    from context_engine.graph.navigate import run_action
+
     caller = resolve(principals)
     scope = ReadScope(caller, check_id_list(source_ids, "source_ids"), check_document_ids(document_ids))
     answer = await run_action(await ctx.db(), scope, action, arguments)
@@ -75,9 +87,23 @@ async def graph_query(
 
 async def check_graph_ingest(ctx: EngineContext) -> None:
     """Refuse ``ingest(mode="graph")`` before anything is stored: no graph tables, or no model."""
+    from context_engine.graph import store
+    from context_engine.graph.document import extraction_llm
+
     if not ctx.config.graph.enabled:
         raise GraphDisabled()
-    await graph_store.require_graph(await ctx.db())
+    await store.require_graph(await ctx.db())
     if extraction_llm(ctx.config) is None:
         raise GraphNeedsLLM()
 
+
+async def graph_step(ctx: EngineContext, report: DocumentReport) -> None:
+    """Extract a stored document's graph facts; the report says which mode ran and why."""
+    from context_engine.graph.document import extract_document
+
+    try:
+        graph = await extract_document(ctx.services, report.document_id)  # type: ignore[arg-type]
+        report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
+    except ContextEngineError as exc:  # stored and searchable; its graph facts are missing
+        log.warning("graph extraction failed for document %s (%s)", report.document_id, exc.code)
+        report.mode_used, report.mode_reason = "hybrid", exc.code

@@ -11,7 +11,6 @@ from typing import IO, Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.errors import ContextEngineError, InvalidRequest
-from context_engine.graph.document import extract_document
 from context_engine.hooks import holding_ingest_usage
 from context_engine.ingest.batch_embedding import batch_client
 from context_engine.ingest.batch_poll import BatchOutcome, poll_batches
@@ -19,7 +18,7 @@ from context_engine.ingest.bulk import BulkLoader, BulkReport
 from context_engine.ingest.pipeline import open_source
 from context_engine.models import DocumentReport, IngestReport
 from context_engine.operations.context import EngineContext
-from context_engine.operations.graph import check_graph_ingest
+from context_engine.operations.graph import check_graph_ingest, graph_step
 from context_engine.operations.ingest_checks import check_filing, check_source_and_name, default_mime
 from context_engine.operations.model_actions import extract_fields
 from context_engine.principals import TRUSTED, Principals, resolve
@@ -99,7 +98,8 @@ async def ingest(
     if mode == "graph":  # its usage event waits for the mode the graph step settles on
         with holding_ingest_usage() as held:
             report = await _ingest_one(ctx, run, key, source, name, source_id, acl_list, attributes, mime, batch)
-            await graph_step(ctx, report)
+            if stored(report):
+                await graph_step(ctx, report)
         for usage in held:
             usage.detail.update(mode=report.mode_used or "hybrid", mode_reason=report.mode_reason)
             await ctx.hooks.emit("on_usage", usage)
@@ -169,18 +169,6 @@ async def bulk_ingest(
         maintenance_work_mem=maintenance_work_mem,
         parallel_workers=parallel_workers,
     )
-
-
-async def graph_step(ctx: EngineContext, report: DocumentReport) -> None:
-    """Extract a stored document's graph facts; the report says which mode ran and why."""
-    if not stored(report):
-        return
-    try:
-        graph = await extract_document(ctx.services, report.document_id)  # type: ignore[arg-type]
-        report.mode_used, report.mode_reason = graph.mode_used, graph.mode_reason
-    except ContextEngineError as exc:  # stored and searchable; its graph facts are missing
-        log.warning("graph extraction failed for document %s (%s)", report.document_id, exc.code)
-        report.mode_used, report.mode_reason = "hybrid", exc.code
 
 
 async def extract_after_ingest(ctx: EngineContext, document_id: str) -> None:
