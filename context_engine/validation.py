@@ -3,16 +3,18 @@
 A value that passes is safe to store and to read back: no NUL character (PostgreSQL text refuses
 it), no lone surrogate (it cannot be encoded as UTF-8), no non-finite number (JSON has none), no
 nesting deeper than a reader will follow, nothing longer than its limit. Every refusal is an
-:class:`~context_engine.errors.InvalidRequest` (400) whose message names the field.
+:class:`~context_engine.errors.InvalidRequest` (400) whose message names the field, except that a
+string that is no document id names no document: :func:`check_document_id` answers ``NotFound``.
 """
 
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from context_engine.errors import InvalidRequest
+from context_engine.errors import InvalidRequest, NotFound
 
 
 def check_text(value: Any, field: str, max_chars: int | None = None, *, required: bool = False) -> str:
@@ -55,6 +57,34 @@ def check_int_range(value: Any, field: str, minimum: int, maximum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
         raise InvalidRequest(f"{field} must be an integer between {minimum} and {maximum}")
     return value
+
+
+def check_id_list(values: Sequence[str] | None, field: str) -> list[str] | None:
+    """``None``, or a list (never a lone string) of strings: a filter of ids, as given."""
+    if values is None:
+        return None
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise InvalidRequest(f"{field} must be a list of strings")
+    return list(values)
+
+
+def check_document_ids(values: Sequence[str] | None) -> list[str] | None:
+    """``None``, or a ``document_ids`` filter of document ids (UUIDs) in their canonical form."""
+    if values is None:
+        return None
+    checked = check_id_list(values, "document_ids") or []
+    try:
+        return [str(uuid.UUID(v)) for v in checked]
+    except ValueError:
+        raise InvalidRequest("document_ids must be document id strings (UUIDs)") from None
+
+
+def check_document_id(value: Any) -> str:
+    """A document id in its canonical form; anything else is ``NotFound``, as an id nothing holds is."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except (ValueError, TypeError):
+        raise NotFound(f"document {value} not found") from None
 
 
 def check_json_value(value: Any, field: str, max_depth: int) -> Any:

@@ -106,13 +106,3 @@ class McpTokenStore:
             del state["tokens"]
             await self._save(state, None)
 
-
-async def sealed_mcp_config(db: AsyncEngine, tool_id: str) -> bytes | None:
-    """The encrypted config of stored mcp tool ``tool_id`` (``None``: no such mcp tool)."""
-    async with db.connect() as conn:
-        row = (
-            await conn.execute(
-                text("SELECT config FROM ce_tools WHERE id = CAST(:id AS uuid) AND kind = 'mcp'"), {"id": tool_id}
-            )
-        ).first()
-    return bytes(row.config) if row is not None else None

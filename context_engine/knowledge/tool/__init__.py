@@ -10,21 +10,19 @@ adds an action with :func:`context_engine.knowledge.tool.actions.register`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from context_engine.knowledge.tool.actions import KNOWLEDGE_ACTIONS
 from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner
 from context_engine.knowledge.tool.definition import TOOL_NAME, knowledge_tool_definition
 from context_engine.knowledge.tool.dispatch import run_knowledge_tool
+from context_engine.knowledge.tool.engine_protocol import KnowledgeEngine
 from context_engine.redaction import RedactionPolicy
 from context_engine.storage.scope import UNSCOPED, Scope, narrow_to_ceiling, resolve_scope
 
-if TYPE_CHECKING:
-    from context_engine.engine import ContextEngine
-
 
 async def call_knowledge_tool(
-    engine: ContextEngine,
+    engine: KnowledgeEngine,
     *,
     principals: Any,
     scope: Scope | Sequence[str] | None,

@@ -10,15 +10,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from context_engine.knowledge.tool.engine_protocol import KnowledgeEngine
 from context_engine.principals import TRUSTED
 from context_engine.redaction import RedactionPolicy
 from context_engine.redaction.apply import Redactor
 from context_engine.storage.scope import Scope, narrow_to_ceiling
-
-if TYPE_CHECKING:
-    from context_engine.engine import ContextEngine
 
 #: a host's compute runner: ``(instruction, *, source_ids, document_ids, principals) -> dict``
 ComputeRunner = Callable[..., Awaitable[dict[str, Any]]]
@@ -55,7 +53,7 @@ class Narrowed:
 class ToolCall:
     """Everything one action may use; the host-set fields are resolved before any action runs."""
 
-    engine: ContextEngine
+    engine: KnowledgeEngine
     action: str
     args: dict[str, Any]
     principals: tuple[str, ...] | None

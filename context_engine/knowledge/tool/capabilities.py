@@ -10,19 +10,17 @@ built-in actions use are here. ``query_meta`` and ``map_reduce`` need a configur
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from context_engine.graph.schema import graph_enabled
-
-if TYPE_CHECKING:
-    from context_engine.engine import ContextEngine
+from context_engine.knowledge.tool.engine_protocol import KnowledgeEngine
 
 
 class Capabilities(Protocol):
     """What an availability check reads: the engine's settings, the host's runners, the graph."""
 
     @property
-    def engine(self) -> ContextEngine: ...
+    def engine(self) -> KnowledgeEngine: ...
     @property
     def compute(self) -> Any: ...
     @property
@@ -35,7 +33,7 @@ class Capabilities(Protocol):
 class Deployment:
     """The capabilities of a deployment as a whole (a call's are the same, see ``ToolCall``)."""
 
-    engine: ContextEngine
+    engine: KnowledgeEngine
     compute: Any = None
     map_reduce: Any = None
     graph_enabled: bool = False
@@ -61,7 +59,7 @@ def graph_on(call: Capabilities) -> bool:
     return call.graph_enabled
 
 
-async def graph_available(engine: ContextEngine) -> bool:
+async def graph_available(engine: KnowledgeEngine) -> bool:
     """Whether ``migrate --graph`` made the graph tables in this engine's database."""
     async with (await engine.database()).connect() as conn:
         return await graph_enabled(conn)

@@ -10,13 +10,11 @@ refuses; without one it marks none and says an off action answers so.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from context_engine.knowledge.tool.actions import actions, input_schema, off_actions
 from context_engine.knowledge.tool.capabilities import Deployment, graph_available
-
-if TYPE_CHECKING:
-    from context_engine.engine import ContextEngine
+from context_engine.knowledge.tool.engine_protocol import KnowledgeEngine
 
 TOOL_NAME = "search_knowledge_base"
 
@@ -53,7 +51,7 @@ def description(off: Mapping[str, str] | None = None) -> str:
 
 
 def knowledge_tool_definition(
-    engine: ContextEngine | None = None, *, compute: Any = None, map_reduce: Any = None, graph: bool = False
+    engine: KnowledgeEngine | None = None, *, compute: Any = None, map_reduce: Any = None, graph: bool = False
 ) -> dict[str, Any]:
     """``{"name", "description", "input_schema", "annotations"}``.
 
@@ -72,7 +70,7 @@ def knowledge_tool_definition(
 
 
 async def deployment_definition(
-    engine: ContextEngine, *, compute: Any = None, map_reduce: Any = None
+    engine: KnowledgeEngine, *, compute: Any = None, map_reduce: Any = None
 ) -> dict[str, Any]:
     """:func:`knowledge_tool_definition` for ``engine`` as it is now, the graph looked up in its database."""
     return knowledge_tool_definition(

@@ -9,23 +9,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from context_engine.errors import ContextEngineError, InvalidRequest, StorageUnavailable, known_failure
 from context_engine.knowledge.tool import actions, arguments
 from context_engine.knowledge.tool.call import ComputeRunner, MapReduceRunner, Refusal, ToolCall
 from context_engine.knowledge.tool.capabilities import graph_available
+from context_engine.knowledge.tool.engine_protocol import KnowledgeEngine
 from context_engine.principals import resolve
 from context_engine.redaction import RedactionPolicy
 from context_engine.storage.scope import Scope, resolve_scope
 
-if TYPE_CHECKING:
-    from context_engine.engine import ContextEngine
-
 log = logging.getLogger("context_engine.knowledge_tool")
 
 async def run_knowledge_tool(
-    engine: ContextEngine,
+    engine: KnowledgeEngine,
     *,
     action: Any,
     principals: Any,
