@@ -331,6 +331,7 @@ async def _migrate(args: argparse.Namespace) -> int:
             text_search_config=args.text_search_config or config.search.text_search_config,
             graph=args.graph,
             trigram=args.trigram or config.fusion.trigram_enabled,
+            halfvec=config.storage.hnsw_halfvec,
             citus=True if args.citus else None,
         )
     finally:

@@ -1357,6 +1357,7 @@ class ContextEngine:
             announce=announce,
             graph=True,
             trigram=self.config.fusion.trigram_enabled,
+            halfvec=self.config.storage.hnsw_halfvec,
         )
         names.forget(db)
         return report.applied

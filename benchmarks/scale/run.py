@@ -52,6 +52,7 @@ import scale_corpus as sc
 from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.embeddings.factory import build_embedder
+from context_engine.ingest.bulk import index_definitions
 from context_engine.retrieval import planner
 from context_engine.retrieval.legs.vector import plan_for, vector_leg
 from context_engine.retrieval.planner import VectorPlan
@@ -60,6 +61,8 @@ from context_engine.storage.predicates import ReadScope
 
 HERE = Path(__file__).resolve().parent
 SOURCE = "scale"
+#: the vector index, float4 (migration 0006) or over halfvec (0026, ``--halfvec``)
+HNSW = ("ix_ce_chunks_embedding", "ix_ce_chunks_embedding_half")
 DIM = 384
 
 
@@ -202,8 +205,8 @@ async def bulk_phase(engine: ContextEngine, layout: sc.Layout, vocab: sc.Vocabul
         "load_s": round(loading, 1),
         "embed_s": round(report.embed_seconds, 1),
         "bulk_chunks_per_s": round(report.chunks / max(1e-9, loading - report.embed_seconds)),
-        "hnsw_build_s": round(report.index_seconds.get("ix_ce_chunks_embedding", 0.0), 1),
-        "gin_build_s": round(sum(v for k, v in report.index_seconds.items() if k != "ix_ce_chunks_embedding"), 1),
+        "hnsw_build_s": round(sum(v for k, v in report.index_seconds.items() if k in HNSW), 1),
+        "gin_build_s": round(sum(v for k, v in report.index_seconds.items() if k not in HNSW), 1),
         "peak_rss_load_mb": round(rss.peak / 2**20),
         "load_average_before": load_before,
         "load_average_after": load_average(),
@@ -303,6 +306,7 @@ async def recall_phase(
     relaxed = planner.index_settings(40, "relaxed_order")
     iterative = VectorPlan(planner.ANN, None, settings=relaxed, allow_fallback=False)
     exact = VectorPlan(planner.EXACT, None, allow_fallback=False)
+    halfvec = config.storage.hnsw_halfvec
     cells = []
     k = 10
     for percent in sc.PERCENTS:
@@ -330,7 +334,7 @@ async def recall_phase(
                 for name in ("iterative", "planner") if i % 2 == 0 else ("planner", "iterative"):
                     t0 = time.perf_counter()
                     plan = iterative if name == "iterative" else await plan_for(db, scope, config)
-                    found = await vector_leg(db, vector, scope, limit=k, plan=plan)
+                    found = await vector_leg(db, vector, scope, limit=k, plan=plan, halfvec=halfvec)
                     times[name].append((time.perf_counter() - t0) * 1000)
                     ids = {cid for cid, _ in found}
                     recall[name].append(len(ids & truth) / max(1, len(truth)))
@@ -361,15 +365,38 @@ async def recall_phase(
 def index_size(url: str) -> dict[str, Any]:
     with psycopg.connect(url) as conn:
         row = conn.execute(
-            "SELECT pg_size_pretty(pg_relation_size('ix_ce_chunks_embedding')), "
+            "SELECT pg_size_pretty(pg_relation_size(coalesce(to_regclass('ix_ce_chunks_embedding_half'), "
+            "to_regclass('ix_ce_chunks_embedding')))), "
             "pg_size_pretty(pg_total_relation_size('ce_chunks')), "
+            "pg_size_pretty(pg_total_relation_size('ce_bm25_postings')), "
             "pg_size_pretty(pg_database_size(current_database())), "
             "current_setting('shared_buffers'), (SELECT extversion FROM pg_extension WHERE extname = 'vector'), "
             "current_setting('server_version')"
         ).fetchone()
     assert row is not None
-    keys = ("hnsw_index_size", "ce_chunks_total_size", "database_size", "shared_buffers", "pgvector", "postgres")
+    keys = ("hnsw_index_size", "ce_chunks_total_size", "postings_total_size", "database_size")
+    keys += ("shared_buffers", "pgvector", "postgres")
     return dict(zip(keys, row, strict=True))
+
+
+def build_halfvec(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Build migration 0026's index over a kept database as a load builds it (not concurrently, with
+    ``--maintenance-work-mem`` and the load's parallel workers), so its time compares with the float4
+    build after a load; the engine's migration then finds it valid and drops the float4 one."""
+    name = "ix_ce_chunks_embedding_half"
+    workers = args.parallel_workers if args.parallel_workers is not None else max(1, (os.cpu_count() or 2) - 1)
+    with psycopg.connect(url, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone() == (True,):
+            return {}
+        load_before = load_average()
+        with conn.transaction():
+            conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (args.maintenance_work_mem,))
+            conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, true)", (str(workers),))
+            t0 = time.perf_counter()
+            conn.execute(index_definitions(DIM)[name].encode())
+            seconds = time.perf_counter() - t0
+    after = load_average()
+    return {"halfvec_build_s": round(seconds, 1), "load_average_before": load_before, "load_average_after": after}
 
 
 # ---------------------------------------------------------------------------------------- report
@@ -384,6 +411,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     if b:
         lines += [
+            f"| HNSW index | {'halfvec' if results.get('halfvec') else 'float4'} |",
             f"| bulk ingest, chunks/s (embedding excluded) | {b['bulk_chunks_per_s']:,} "
             f"({b['chunks']:,} chunks in {b['load_s']} s, of which {b['embed_s']} s stand-in embedding) |",
             f"| the same with the GIN builds after the load (full-text; trigram only when that leg is on) | "
@@ -398,6 +426,8 @@ def markdown(results: dict[str, Any]) -> str:
             f"| ordinary ingest (`engine.ingest`, one at a time), chunks/s | {o['ordinary_chunks_per_s']} "
             f"({o['ordinary_documents']} documents of 10 chunks) |"
         )
+    if "halfvec_build" in results:
+        lines.append(f"| halfvec HNSW build on the kept database | {results['halfvec_build']['halfvec_build_s']} s |")
     lines += [f"| {key.replace('_', ' ')} | {value} |" for key, value in s.items()]
     if "latency" in results:
         lat = results["latency"]
@@ -437,14 +467,19 @@ async def run(args: argparse.Namespace, base: Path, fresh: bool) -> dict[str, An
                     conn.execute(f"ALTER SYSTEM SET shared_buffers = '{args.shared_buffers}'")
                     embedded.release(pgdata)
                     pgdata, url = embedded.acquire(base)
+        built = build_halfvec(url, args) if args.halfvec and not fresh else {}
         layout = sc.make_layout(args.rows)
         vocab = sc.vocabulary(args.data)
         results: dict[str, Any] = {
             "rows": args.rows,
             "machine": f"{os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GB",
             "load_average_start": load_average(),
+            "halfvec": args.halfvec,
         }
-        config = ContextEngineConfig(database_url=url, storage={"auto_migrate": True})
+        if built:
+            results["halfvec_build"] = built
+            print(json.dumps(built), flush=True)
+        config = ContextEngineConfig(database_url=url, storage={"auto_migrate": True, "hnsw_halfvec": args.halfvec})
         embedder = GivenVectorsEmbedder(build_embedder(config.embedding))
         async with ContextEngine(config, embedder=embedder) as engine:
             if fresh:
@@ -481,6 +516,7 @@ def main() -> int:
     parser.add_argument("--parallel-workers", type=int, default=None)
     parser.add_argument("--shared-buffers", default="1GB")
     parser.add_argument("--out", type=Path, default=HERE / "results.json")
+    parser.add_argument("--halfvec", action="store_true", help="HNSW over halfvec; built first on --reuse")
     args = parser.parse_args()
     if args.keep and args.reuse:
         parser.error("--keep and --reuse are exclusive")
