@@ -475,7 +475,12 @@ async def _check_acl_exposure(args: argparse.Namespace) -> int:
         db = read_only_engine(await server.url())
         try:
             report = await check_exposure(
-                db, top_k=args.top_k, queries=args.queries, max_acls=args.max_acls, threshold=threshold
+                db,
+                top_k=args.top_k,
+                queries=args.queries,
+                max_acls=args.max_acls,
+                threshold=threshold,
+                halfvec=config.storage.hnsw_halfvec,
             )
         finally:
             await db.dispose()
