@@ -408,10 +408,10 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "| measure | value |",
         "|---|---|",
+        f"| HNSW index | {'halfvec' if results.get('halfvec') else 'float4'} |",
     ]
     if b:
         lines += [
-            f"| HNSW index | {'halfvec' if results.get('halfvec') else 'float4'} |",
             f"| bulk ingest, chunks/s (embedding excluded) | {b['bulk_chunks_per_s']:,} "
             f"({b['chunks']:,} chunks in {b['load_s']} s, of which {b['embed_s']} s stand-in embedding) |",
             f"| the same with the GIN builds after the load (full-text; trigram only when that leg is on) | "
