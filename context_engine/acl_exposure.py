@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from context_engine.errors import StorageUnavailable
 from context_engine.retrieval import planner
 from context_engine.retrieval.legs import vector_leg
+from context_engine.retrieval.legs.vector import index_order
 from context_engine.storage.database import to_driver_url
 from context_engine.storage.predicates import ReadScope
 from context_engine.storage.vectors import vector_literal
@@ -74,9 +75,16 @@ def read_only_engine(url: str) -> AsyncEngine:
 
 
 async def check_exposure(
-    db: AsyncEngine, *, top_k: int = 10, queries: int = 20, max_acls: int = 20, threshold: int = 20000
+    db: AsyncEngine,
+    *,
+    top_k: int = 10,
+    queries: int = 20,
+    max_acls: int = 20,
+    threshold: int = 20000,
+    halfvec: bool = False,
 ) -> ExposureReport:
-    """Score bare index queries and this library's vector leg against the exact oracle, per ACL value."""
+    """Score bare index queries and this library's vector leg against the exact oracle, per ACL value
+    (``halfvec``: the database's HNSW index is migration 0026's, ``storage.hnsw_halfvec``)."""
     async with db.connect() as conn:
         if not await conn.scalar(text("SELECT to_regclass('ce_chunks') IS NOT NULL")):
             raise StorageUnavailable("this database has no context-engine schema (no ce_chunks table)")
@@ -105,7 +113,7 @@ async def check_exposure(
     results = [AclExposure(str(acl), int(n) + int(public)) for acl, n in counts[:max_acls]]
     for entry in results:
         scope = ReadScope((entry.acl,))
-        entry.pg_picks = await _postgres_choice(db, scope, vectors[0]) if vectors else ""
+        entry.pg_picks = await _postgres_choice(db, scope, vectors[0], halfvec) if vectors else ""
         for vector in vectors:
             truth = await _oracle(db, scope, vector, top_k)
             bare = await vector_leg(
@@ -114,9 +122,10 @@ async def check_exposure(
                 scope,
                 limit=top_k,
                 plan=planner.VectorPlan(planner.ANN, None, settings=_BARE, allow_fallback=False),
+                halfvec=halfvec,
             )
             plan = await planner.plan_vector(db, scope, threshold=threshold, limit=top_k)
-            library = await vector_leg(db, vector, scope, limit=top_k, plan=plan)
+            library = await vector_leg(db, vector, scope, limit=top_k, plan=plan, halfvec=halfvec)
             entry.bare_recall.append(_recall(bare, truth))
             entry.bare_rows.append(len(bare))
             entry.library_recall.append(_recall(library, truth))
@@ -145,12 +154,12 @@ async def _oracle(db: AsyncEngine, scope: ReadScope, vector: list[float], k: int
         return [int(r[0]) for r in (await conn.execute(text(statement), params)).all()]
 
 
-async def _postgres_choice(db: AsyncEngine, scope: ReadScope, vector: list[float]) -> str:
+async def _postgres_choice(db: AsyncEngine, scope: ReadScope, vector: list[float], halfvec: bool) -> str:
     """``index`` or ``exact``: the plan Postgres's cost model picks for the bare query, unforced."""
     params: dict[str, Any] = {"qv": vector_literal(vector)}
     statement = (
         "EXPLAIN (FORMAT JSON) SELECT c.id FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
-        f"AND {scope.predicate('c', params)} ORDER BY c.embedding <=> CAST(:qv AS vector) LIMIT 10"
+        f"AND {scope.predicate('c', params)} ORDER BY {index_order(vector, halfvec=halfvec)} LIMIT 10"
     )
     async with db.connect() as conn:
         plan = await conn.scalar(text(statement), params)

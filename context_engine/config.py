@@ -141,6 +141,10 @@ class StorageConfig(BaseModel):
     #: pgvector's iterative index scan, tens of ms but recall@10 about 0.5 on a clustered quarter of
     #: the index (benchmarks/README.md, "ACL recall")
     ann_priority: Literal["recall", "latency"] = "recall"
+    #: the HNSW index over half-precision copies of the vectors (migration 0026): half the index's
+    #: size and build; the exact scan, the probe's proof and every similarity stay float4. Migrating
+    #: with it on replaces the float4 index, with it off puts that back (benchmarks/README.md, "Scale")
+    hnsw_halfvec: bool = False
 
 
 class DatabaseConfig(BaseModel):

@@ -122,6 +122,7 @@ class Services:
                     text_search_config=self.config.search.text_search_config,
                     announce=log.info,  # a library logs its index builds; the CLI prints them
                     trigram=self.config.fusion.trigram_enabled,
+                    halfvec=self.config.storage.hnsw_halfvec,
                 )
                 self.text_search_config = report.text_search_config
             else:

@@ -200,6 +200,7 @@ async def _migrate(args: argparse.Namespace) -> int:
             text_search_config=args.text_search_config or config.search.text_search_config,
             graph=args.graph,
             trigram=args.trigram or config.fusion.trigram_enabled,
+            halfvec=config.storage.hnsw_halfvec,
             citus=True if args.citus else None,
         )
     finally:
@@ -269,7 +270,12 @@ async def _check_acl_exposure(args: argparse.Namespace) -> int:
         db = read_only_engine(await server.url())
         try:
             report = await check_exposure(
-                db, top_k=args.top_k, queries=args.queries, max_acls=args.max_acls, threshold=threshold
+                db,
+                top_k=args.top_k,
+                queries=args.queries,
+                max_acls=args.max_acls,
+                threshold=threshold,
+                halfvec=config.storage.hnsw_halfvec,
             )
         finally:
             await db.dispose()

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 #: row-by-row costs many times its build (a 20,000-chunk load: 18.5 s with the trigram index
 #: against 2 s without it, and 5.7 s to build it), the vector index most of all; the GIN index
 #: on ACLs and the b-trees stay, since writes and searches rely on them
-REBUILT_INDEXES = ("ix_ce_chunks_tsv", "ix_ce_chunks_trgm", "ix_ce_chunks_embedding")
+REBUILT_INDEXES = ("ix_ce_chunks_tsv", "ix_ce_chunks_trgm", "ix_ce_chunks_embedding", "ix_ce_chunks_embedding_half")
 #: documents prepared (extracted, chunked) per thread hand-off
 _PREPARE_SLICE = 256
 #: the binary COPY column types of documents, versions and staged chunks, in column order
@@ -130,13 +130,13 @@ class _Slot:
     task: asyncio.Task[list[BulkDocument]] | None = None
 
 
-def index_definitions() -> dict[str, str]:
+def index_definitions(dim: int) -> dict[str, str]:
     """The ``CREATE INDEX`` of each index a load rebuilds, as the last migration that declared it
     wrote it, named as the live index (a migration may build one under a temporary name and
     rename it). Read from the migration files, so a rebuilt index is the one migrating makes."""
     found: dict[str, str] = {}
     for path in revision_files():
-        sql = path.read_text(encoding="utf-8")
+        sql = path.read_text(encoding="utf-8").replace("{dim}", str(dim))
         for name in REBUILT_INDEXES:
             pattern = rf"CREATE INDEX[^;]*?\b{name}(?:_next)?\s+ON\s+ce_chunks\b[^;]*"
             for match in re.finditer(pattern, sql, flags=re.I):
@@ -223,7 +223,7 @@ class BulkLoader:
         report = BulkReport()
         writing: _Slot | None = None
         started = time.perf_counter()
-        definitions = await _present(db, index_definitions()) if build_index else None
+        definitions = await _present(db, index_definitions(self.services.embedder.dim)) if build_index else None
         if definitions is not None:
             await _drop_indexes(db, list(definitions))
         try:

@@ -40,6 +40,7 @@ async def migrate_graph(ctx: EngineContext) -> list[str]:
         announce=announce,
         graph=True,
         trigram=ctx.config.fusion.trigram_enabled,
+        halfvec=ctx.config.storage.hnsw_halfvec,
     )
     names.forget(db)
     return report.applied

@@ -40,7 +40,11 @@ _LOCK_POLL_SECONDS = 0.2
 _TEXT_CONFIGS = {"english", "simple"}
 #: revisions applied only when asked for, by the name of the flag that asks (``migrate(graph=True)``,
 #: ``migrate(trigram=True)``); once applied they are repaired like any other
-OPTIONAL_REVISIONS = {"0011_graph": "graph", "0016_trigram_index": "trigram"}
+OPTIONAL_REVISIONS = {"0011_graph": "graph", "0016_trigram_index": "trigram", "0026_hnsw_halfvec": "halfvec"}
+#: optional revisions that a run not asking for them undoes once applied, with the file in ``undo/``
+#: of the same name (a setting that chooses between two schemas, not one that only adds to it)
+UNDO_DIR = "undo"
+REVERSIBLE = {"0026_hnsw_halfvec"}
 
 
 def migrations_dir() -> Path:
@@ -88,6 +92,8 @@ class MigrationReport:
     indexes_built: list[str] = field(default_factory=list)
     #: the database is a Citus coordinator's, and the schema is the distributed one
     citus: bool = False
+    #: reversible revisions this run undid (their setting is off), in order
+    undone: list[str] = field(default_factory=list)
 
 
 def print_to_stderr(line: str) -> None:
@@ -110,19 +116,23 @@ async def migrate(
     announce: Announce | None = None,
     graph: bool = False,
     trigram: bool = False,
+    halfvec: bool = False,
     citus: bool | None = None,
 ) -> MigrationReport:
     """Bring the schema up to date; refuse a ``dim`` other than the one locked on first run.
 
     ``announce`` receives one line per index built (default: stderr). ``graph=True`` also applies
     the graph tables and ``trigram=True`` the trigram leg's index (:data:`OPTIONAL_REVISIONS`), which
-    a plain run leaves out.
+    a plain run leaves out. ``halfvec=True`` replaces the float4 HNSW index by one over
+    ``embedding::halfvec``; a run without it undoes that (:data:`REVERSIBLE`), so the index always
+    matches ``storage.hnsw_halfvec``.
 
     On a Citus coordinator (``citus=None``: whenever the citus extension is installed in the
     database; ``citus=True`` refuses a database without it) the files of ``migrations/citus/``
     follow the numbered ones and distribute the schema (docs/scaling.md).
     """
-    requested = {name for name, asked in (("graph", graph), ("trigram", trigram)) if asked}
+    flags = (("graph", graph), ("trigram", trigram), ("halfvec", halfvec))
+    requested = {name for name, asked in flags if asked}
     if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= 16000:
         raise ConfigError(f"--dim must be an integer between 1 and 16000, got {dim!r}")
     if text_search_config not in _TEXT_CONFIGS:
@@ -163,7 +173,10 @@ async def migrate(
             runner = _Runner(conn, default_level, say, report)
             for path in revision_files():
                 steps = _steps(path.read_text(encoding="utf-8").replace("{dim}", str(dim)))
-                if path.stem in done:
+                if path.stem in done and path.stem in REVERSIBLE and OPTIONAL_REVISIONS[path.stem] not in requested:
+                    undo = path.parent / UNDO_DIR / path.name
+                    await runner.undo(path.stem, _steps(undo.read_text(encoding="utf-8").replace("{dim}", str(dim))))
+                elif path.stem in done:
                     await runner.repair(steps)
                 elif path.stem in OPTIONAL_REVISIONS and OPTIONAL_REVISIONS[path.stem] not in requested:
                     continue  # an optional revision nobody asked for
@@ -252,6 +265,19 @@ class _Runner:
             async with self._transaction():
                 await self._record(revision)
         self.report.applied.append(revision)
+
+    async def undo(self, revision: str, steps: list[_Step]) -> None:
+        """Run a revision's undo file, then forget the revision (so asking for it again applies it)."""
+        for step in steps:
+            if step.concurrent:
+                await self._concurrent(step.statements[0])
+                continue
+            async with self._transaction():
+                for statement in step.statements:
+                    await self.conn.exec_driver_sql(statement)
+        async with self._transaction():
+            await self.conn.execute(text("DELETE FROM ce_schema_migrations WHERE id = :id"), {"id": revision})
+        self.report.undone.append(revision)
 
     async def repair(self, steps: list[_Step]) -> None:
         """Rebuild any index of an applied revision that an interrupted build left invalid."""

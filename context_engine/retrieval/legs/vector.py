@@ -23,8 +23,23 @@ if TYPE_CHECKING:
     from context_engine.retrieval.retriever import Search
 
 
+def index_order(query_vector: Sequence[float], *, halfvec: bool) -> str:
+    """The distance the HNSW index serves: over ``embedding::halfvec(dim)`` when the index is migration
+    0026's (the same expression as its definition, or Postgres would not use it), else the column's."""
+    if not halfvec:
+        return "c.embedding <=> CAST(:qv AS vector)"
+    dim = len(query_vector)
+    return f"CAST(c.embedding AS halfvec({dim})) <=> CAST(CAST(:qv AS vector) AS halfvec({dim}))"
+
+
 async def vector_leg(
-    db: AsyncEngine, query_vector: Sequence[float], scope: ReadScope, *, limit: int, plan: VectorPlan
+    db: AsyncEngine,
+    query_vector: Sequence[float],
+    scope: ReadScope,
+    *,
+    limit: int,
+    plan: VectorPlan,
+    halfvec: bool = False,
 ) -> list[tuple[int, float]]:
     """Cosine similarity under ``plan``, which this leg forces.
 
@@ -35,9 +50,13 @@ async def vector_leg(
     forced, iterative HNSW scan; when it comes back with fewer than ``limit`` rows while the estimate
     says more rows exist, its budget ran out among rows the caller may not see, and the leg re-runs
     exactly (``plan.fallback``).
+
+    ``halfvec`` (``storage.hnsw_halfvec``): the index orders by half-precision distance; the rows it
+    yields are still scored, re-sorted and proven in float4, and the exact scan never uses it.
     """
     params: dict[str, Any] = {"qv": vector_literal(query_vector), "limit": limit}
     predicate = scope.predicate("c", params)
+    served = index_order(query_vector, halfvec=halfvec)
 
     def query(order: str) -> Any:
         return text(
@@ -50,7 +69,7 @@ async def vector_leg(
         probe = text(
             "WITH near AS MATERIALIZED (SELECT c.id, c.embedding <=> CAST(:qv AS vector) AS d, "
             f"({predicate}) AS ok FROM ce_chunks c WHERE c.valid_to IS NULL AND c.embedding IS NOT NULL "
-            "ORDER BY c.embedding <=> CAST(:qv AS vector) LIMIT :probe_rows) "
+            f"ORDER BY {served} LIMIT :probe_rows) "
             "SELECT id, 1 - d, (SELECT count(*) FROM near) FROM near WHERE ok ORDER BY d, id LIMIT :limit"
         )
         async with db.connect() as conn:
@@ -64,7 +83,7 @@ async def vector_leg(
     if plan.plan in (planner.ANN, planner.PROBE):
         settings = plan.settings if plan.settings is not None else planner.ann_settings(plan, limit)
         async with db.connect() as conn:
-            rows = await _forced_index_scan(conn, query("c.embedding <=> CAST(:qv AS vector)"), params, settings)
+            rows = await _forced_index_scan(conn, query(served), params, settings)
         if len(rows) >= limit or not plan.allow_fallback or (plan.eligible is not None and plan.eligible <= len(rows)):
             pairs = [(int(r[0]), float(r[1])) for r in rows]
             pairs.sort(key=lambda p: (-p[1], p[0]))  # relaxed order returns near-sorted rows
@@ -147,7 +166,10 @@ class VectorLeg:
             search.vectors(),
             search.once("vector_plan", lambda: plan_for(search.reads, search.scope, config, limit=search.limit)),
         )
-        found = await vector_leg(search.reads, vectors[index], search.scope, limit=search.limit, plan=plan)
+        halfvec = config.storage.hnsw_halfvec
+        found = await vector_leg(
+            search.reads, vectors[index], search.scope, limit=search.limit, plan=plan, halfvec=halfvec
+        )
         search.usage["vector_plan"] = plan.usage()
         if config.search.vector_floor == "adaptive":
             floor = query_shape.vector_floor(search.queries[index])
