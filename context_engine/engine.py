@@ -30,6 +30,7 @@ from context_engine.hooks import Hooks, holding_ingest_usage
 from context_engine.ingest import many
 from context_engine.ingest.batch_embedding import batch_client
 from context_engine.ingest.batch_poll import BatchOutcome, poll_batches
+from context_engine.ingest.document import DocumentInput
 from context_engine.ingest.pipeline import Ingestor, open_source
 from context_engine.knowledge.models import AgentLinks, KnowledgeResult
 from context_engine.limits import (
@@ -468,7 +469,7 @@ class ContextEngine:
         async def single(entry: many.Entry) -> DocumentReport:
             fields = dict(raw[entry.index])
             if fields.get("file") is not None:
-                fields["file"] = entry.source  # already opened (and read back to its start)
+                fields["file"] = entry.doc.source  # already opened (and read back to its start)
             report = await self.ingest(**fields, principals=principals)
             told.add(entry.index)  # ingest already told its revision in the caller's terms
             return report.documents[0]
@@ -523,17 +524,8 @@ class ContextEngine:
         mime = fields.get("mime")
         if text is not None and mime is None:
             mime = "text/html" if name and name.lower().endswith((".html", ".htm")) else "text/markdown"
-        return many.Entry(
-            index=index,
-            source=source,
-            name=name,
-            source_id=source_id,
-            acl=acl,
-            attributes=scrub.obj(dict(attributes or {})),
-            mime=mime,
-            single=key is not None,
-            keyed=key is not None,
-        )
+        doc = DocumentInput(source, name, source_id, acl, scrub.obj(dict(attributes or {})), mime)
+        return many.Entry(index=index, doc=doc, single=key is not None, keyed=key is not None)
 
     # ------------------------------------------------------------------ search
     async def search(
