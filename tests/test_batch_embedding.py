@@ -27,7 +27,7 @@ from context_engine.ingest.batch_poll import WRITE_PAGE
 from context_engine.ingest.batching import batch_limits
 from context_engine.revisions.errors import IdempotencyKeyReused
 from tests.conftest import make_config
-from tests.fakes.http_server import FakeHTTPServer, fake_openai_embeddings, fake_vector, json_reply
+from tests.fakes.http_server import FakeHTTPServer, fake_embedding, fake_openai_embeddings, fake_vector, json_reply
 from tests.fakes.openai_batches import FakeBatchServer
 from tests.test_conformance import CLIENTS, fresh_database, multipart
 
@@ -41,16 +41,7 @@ def _sections(n: int, word: str = "topic") -> str:
 
 
 def _embedding(server: FakeHTTPServer, **overrides: Any) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "provider": "custom",
-        "base_url": server.url("/v1"),
-        "model": "fake-embed",
-        "dim": DIM,
-        "api_key": API_KEY,
-        "max_retries": 0,
-    }
-    settings.update(overrides)
-    return settings
+    return fake_embedding(server, DIM, **{"api_key": API_KEY, **overrides})
 
 
 def _without_batch_api(server: FakeHTTPServer) -> dict[str, Any]:

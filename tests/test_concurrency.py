@@ -20,7 +20,7 @@ from sqlalchemy import text
 from context_engine import TRUSTED, ContextEngine
 from routing_core import sync_bridge
 from tests.conftest import make_config
-from tests.fakes.http_server import FakeHTTPServer, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.fakes.http_server import FakeHTTPServer, fake_embedding, fake_http_server, fake_openai_embeddings  # noqa: F401
 from tests.waiting import HANG_GUARD, finishes, until_async
 
 DIM = 8
@@ -37,17 +37,7 @@ def _principals(_request: Any) -> Any:
 
 
 def _remote_config(database_url: str, server: FakeHTTPServer) -> Any:
-    return make_config(
-        database_url,
-        embedding={
-            "provider": "custom",
-            "base_url": server.url("/v1"),
-            "model": "fake-embed",
-            "dim": DIM,
-            "api_key": "test-key",
-            "max_retries": 0,
-        },
-    )
+    return make_config(database_url, embedding=fake_embedding(server, DIM))
 
 
 def _body(i: int) -> str:

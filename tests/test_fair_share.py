@@ -14,23 +14,19 @@ from typing import Any
 from context_engine import TRUSTED, ContextEngine
 from context_engine.ingest.fair_share import FairGate
 from tests.conftest import make_config
-from tests.fakes.http_server import FakeHTTPServer, Target, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.fakes.http_server import (  # noqa: F401
+    FakeHTTPServer,
+    Target,
+    fake_embedding,
+    fake_http_server,
+    fake_openai_embeddings,
+)
 
 DIM = 8
 
 
 def _config(database_url: str, server: FakeHTTPServer) -> Any:
-    embedding = {
-        "provider": "custom",
-        "base_url": server.url("/v1"),
-        "model": "fake-embed",
-        "dim": DIM,
-        "api_key": "test-key",
-        "max_retries": 0,
-        "max_batch_items": 2,
-        "max_concurrency": 4,
-        "max_inflight": 2,
-    }
+    embedding = fake_embedding(server, DIM, max_batch_items=2, max_concurrency=4, max_inflight=2)
     return make_config(database_url, embedding=embedding)
 
 

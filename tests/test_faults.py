@@ -33,6 +33,7 @@ from tests.fakes.http_server import (  # noqa: F401
     DROP_CONNECTION,
     FakeHTTPServer,
     Target,
+    fake_embedding,
     fake_http_server,
     fake_openai_embeddings,
 )
@@ -40,19 +41,6 @@ from tests.waiting import HANG_GUARD, finishes, until, until_async
 
 DIM = 8
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _embedding(server: FakeHTTPServer, **overrides: Any) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "provider": "custom",
-        "base_url": server.url("/v1"),
-        "model": "fake-embed",
-        "dim": DIM,
-        "api_key": "test-key",
-        "max_retries": 0,
-    }
-    settings.update(overrides)
-    return settings
 
 
 def _sections(doc: int, n: int) -> str:
@@ -89,7 +77,8 @@ async def test_a_provider_failing_at_random_loses_no_chunk_and_pays_none_twice(
         return reply
 
     fake_http_server.route("POST", "/v1/embeddings", flaky)
-    config = make_config(database_url, embedding=_embedding(fake_http_server, max_batch_items=3, max_concurrency=2))
+    embedding = fake_embedding(fake_http_server, DIM, max_batch_items=3, max_concurrency=2)
+    config = make_config(database_url, embedding=embedding)
     async with ContextEngine(config) as engine:
         reports = await asyncio.gather(*(engine.ingest(text=_sections(d, 10), name=f"manifest-{d}") for d in range(12)))
         first = Counter(r.documents[0].status for r in reports)
@@ -154,7 +143,7 @@ async def test_database_restart_under_load_hangs_nothing_and_the_pool_recovers(
     pgdata, url = dedicated_server
     fake_http_server.route("POST", "/v1/embeddings", fake_openai_embeddings(DIM))
     config = make_config(
-        url, embedding=_embedding(fake_http_server, max_batch_items=2), ingest={"resume_stale_seconds": 1}
+        url, embedding=fake_embedding(fake_http_server, DIM, max_batch_items=2), ingest={"resume_stale_seconds": 1}
     )
     outcomes: Counter[str] = Counter()
     async with ContextEngine(config) as engine:
@@ -298,7 +287,7 @@ async def test_a_host_killed_mid_ingest_leaves_no_half_document_and_resume_compl
         return ok(body, headers, target)
 
     fake_http_server.route("POST", "/v1/embeddings", slow)
-    embedding = _embedding(fake_http_server, max_batch_items=16, max_concurrency=1)
+    embedding = fake_embedding(fake_http_server, DIM, max_batch_items=16, max_concurrency=1)
     settings = {
         "database_url": database_url,
         "storage": {"auto_migrate": True},
@@ -404,7 +393,7 @@ async def test_no_clock_takes_a_live_run_over_and_a_cancelled_resume_leaves_noth
         return ok(body, headers, target)
 
     fake_http_server.route("POST", "/v1/embeddings", held)
-    config = make_config(database_url, embedding=_embedding(fake_http_server, max_batch_items=2))
+    config = make_config(database_url, embedding=fake_embedding(fake_http_server, DIM, max_batch_items=2))
     async with ContextEngine(config) as engine:
         running = asyncio.create_task(engine.ingest(text=_sections(3, 4), name="moving"))
         await asyncio.to_thread(_wait_for, lambda: bool(fake_http_server.requests), 30, "the run to call the model")

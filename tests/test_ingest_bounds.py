@@ -21,21 +21,13 @@ from context_engine.errors import IngestTooLarge
 from context_engine.ingest.chunker import Chunk
 from context_engine.ingest.pipeline import Stopped, prepare, stoppable
 from tests.conftest import make_config
-from tests.fakes.http_server import FakeHTTPServer, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.fakes.http_server import FakeHTTPServer, fake_embedding, fake_http_server, fake_openai_embeddings  # noqa: F401
 
 DIM = 8
 
 
 def _config(database_url: str, server: FakeHTTPServer, **ingest: Any) -> ContextEngineConfig:
-    embedding = {
-        "provider": "custom",
-        "base_url": server.url("/v1"),
-        "model": "fake-embed",
-        "dim": DIM,
-        "api_key": "test-key",
-        "max_retries": 0,
-    }
-    return make_config(database_url, embedding=embedding, ingest=ingest)
+    return make_config(database_url, embedding=fake_embedding(server, DIM), ingest=ingest)
 
 
 def _inputs(server: FakeHTTPServer) -> list[str]:

@@ -14,7 +14,13 @@ from context_engine.errors import InvalidRequest
 from context_engine.limits import INGEST_MANY_MAX
 from context_engine.redaction import RedactionPolicy, RedactionRule
 from tests.conftest import make_config
-from tests.fakes.http_server import FakeHTTPServer, Target, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.fakes.http_server import (  # noqa: F401
+    FakeHTTPServer,
+    Target,
+    fake_embedding,
+    fake_http_server,
+    fake_openai_embeddings,
+)
 from tests.test_conformance import ADAPTERS, CLIENTS, Caller, HostLog, fresh_database, host_callables
 
 DIM = 8
@@ -23,16 +29,7 @@ DIM = 8
 def _config(
     database_url: str, server: FakeHTTPServer, *, batch_items: int = 64, concurrency: int = 1, **overrides: Any
 ) -> Any:
-    embedding = {
-        "provider": "custom",
-        "base_url": server.url("/v1"),
-        "model": "fake-embed",
-        "dim": DIM,
-        "api_key": "test-key",
-        "max_retries": 0,
-        "max_concurrency": concurrency,
-        "max_batch_items": batch_items,
-    }
+    embedding = fake_embedding(server, DIM, max_concurrency=concurrency, max_batch_items=batch_items)
     return make_config(database_url, embedding=embedding, **overrides)
 
 

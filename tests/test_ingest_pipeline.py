@@ -14,7 +14,13 @@ from sqlalchemy import text
 from context_engine import TRUSTED, ContextEngine, IngestTooLarge
 from context_engine.hooks import Hooks, ProgressEvent, UsageEvent
 from tests.conftest import make_config
-from tests.fakes.http_server import FakeHTTPServer, Target, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.fakes.http_server import (  # noqa: F401
+    FakeHTTPServer,
+    Target,
+    fake_embedding,
+    fake_http_server,
+    fake_openai_embeddings,
+)
 from tests.waiting import HANG_GUARD, until_async
 
 DIM = 8
@@ -25,17 +31,7 @@ def _inputs(server: FakeHTTPServer) -> list[list[str]]:
 
 
 def _config(database_url: str, server: FakeHTTPServer, **embedding: Any) -> Any:
-    settings = {
-        "provider": "custom",
-        "base_url": server.url("/v1"),
-        "model": "fake-embed",
-        "dim": DIM,
-        "api_key": "test-key",
-        "max_retries": 0,
-        "max_concurrency": 1,
-    }
-    settings.update(embedding)
-    return make_config(database_url, embedding=settings)
+    return make_config(database_url, embedding=fake_embedding(server, DIM, **{"max_concurrency": 1, **embedding}))
 
 
 @pytest.fixture

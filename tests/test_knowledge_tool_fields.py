@@ -9,7 +9,13 @@ from context_engine import TRUSTED, UNSCOPED, ContextEngine, call_knowledge_tool
 from context_engine.ingest.chunker import chunk_units
 from context_engine.ingest.extracted import Unit
 from tests.conftest import make_config
-from tests.fakes.http_server import FakeHTTPServer, Target, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.fakes.http_server import (  # noqa: F401
+    FakeHTTPServer,
+    Target,
+    fake_embedding,
+    fake_http_server,
+    fake_openai_embeddings,
+)
 
 DIM = 8
 
@@ -60,17 +66,7 @@ async def test_get_chunks_items_say_the_language_of_their_code(database_url: str
 
 
 def _config(database_url: str, server: FakeHTTPServer) -> Any:
-    embedding = {
-        "provider": "custom",
-        "base_url": server.url("/v1"),
-        "model": "fake-embed",
-        "dim": DIM,
-        "api_key": "test-key",
-        "max_retries": 0,
-        "max_concurrency": 1,
-        "max_batch_items": 2,
-    }
-    return make_config(database_url, embedding=embedding)
+    return make_config(database_url, embedding=fake_embedding(server, DIM, max_concurrency=1, max_batch_items=2))
 
 
 async def test_list_says_which_documents_are_parked_and_how_far_they_got(

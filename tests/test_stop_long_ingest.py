@@ -23,7 +23,13 @@ import httpx
 
 from context_engine import TRUSTED, ContextEngine
 from tests.conftest import make_config
-from tests.fakes.http_server import FakeHTTPServer, Target, fake_http_server, fake_openai_embeddings  # noqa: F401
+from tests.fakes.http_server import (  # noqa: F401
+    FakeHTTPServer,
+    Target,
+    fake_embedding,
+    fake_http_server,
+    fake_openai_embeddings,
+)
 
 DIM = 8
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +123,7 @@ def test_sigterm_stops_a_server_mid_ingest_and_the_document_resumes(
 
 
 async def _resume(database_url: str, server: FakeHTTPServer) -> None:
-    async with ContextEngine(make_config(database_url, embedding=_embedding(server))) as engine:
+    async with ContextEngine(make_config(database_url, embedding=fake_embedding(server, DIM))) as engine:
         docs = (await engine.list_documents(principals=TRUSTED)).documents
         assert [(d.name, d.status, d.chunk_count) for d in docs] == [("long", "embedding", SECTIONS)]
         resumed = (await engine.resume_embeddings()).documents
@@ -125,14 +131,3 @@ async def _resume(database_url: str, server: FakeHTTPServer) -> None:
         doc = await engine.get_document(docs[0].id, principals=TRUSTED, include_text=False)
         progress = doc.meta["embedding_progress"]
         assert (progress["done"], progress["total"]) == (SECTIONS, SECTIONS)
-
-
-def _embedding(server: FakeHTTPServer) -> dict[str, Any]:
-    return {
-        "provider": "custom",
-        "base_url": server.url("/v1"),
-        "model": "fake-embed",
-        "dim": DIM,
-        "api_key": "test-key",
-        "max_retries": 0,
-    }

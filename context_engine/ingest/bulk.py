@@ -53,8 +53,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.errors import Forbidden, InvalidRequest
-from context_engine.ingest import batching
+from context_engine.ingest import batching, embed_store
 from context_engine.ingest.chunker import Chunk, normalise
+from context_engine.ingest.document import DocumentInput
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pipeline import UNNAMED, Ingestor, Prepared, chunk_stream, open_source, prepare, unnamed_name
 from context_engine.models import DocumentReport
@@ -111,9 +112,9 @@ class BulkReport(BaseModel):
 
 @dataclass
 class _Ready:
-    """A document prepared for writing."""
+    """A document prepared for writing; ``name`` is its own, or the one its content gave it."""
 
-    doc: BulkDocument
+    doc: DocumentInput
     name: str
     prepared: Prepared
     chunks: list[Chunk]
@@ -127,7 +128,7 @@ class _Slot:
     one has ended, so batches commit in input order."""
 
     connected: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[list[BulkDocument]] | None = None
+    task: asyncio.Task[list[DocumentInput]] | None = None
 
 
 def index_definitions(dim: int) -> dict[str, str]:
@@ -229,7 +230,7 @@ class BulkLoader:
         try:
             seen: set[tuple[str, str]] = set()
             source = iter(documents)
-            pending: list[_Ready | BulkDocument] = []
+            pending: list[_Ready | DocumentInput] = []
 
             async def finish(slot: _Slot) -> None:
                 """Wait for a batch to be written, then ingest the documents it handed over."""
@@ -279,11 +280,11 @@ class BulkLoader:
         return report
 
     # ------------------------------------------------------------------ preparing
-    def _prepare_all(self, docs: list[BulkDocument]) -> list[_Ready | BulkDocument]:
-        """Extract and chunk (CPU work, in a thread). A document that cannot be stored as it is
-        stays as it came, in its place, to be ingested the ordinary way (which records why) right
+    def _prepare_all(self, docs: list[BulkDocument]) -> list[_Ready | DocumentInput]:
+        """Open, extract and chunk (CPU work, in a thread). A document that cannot be stored as it
+        is stays opened, in its place, to be ingested the ordinary way (which records why) right
         after the batch it falls in."""
-        return [self._prepare(doc) or doc for doc in docs]
+        return [self._prepare(doc) for doc in docs]
 
     def _scrubbed(self, doc: BulkDocument) -> BulkDocument:
         """Ingest-stage redaction of what is stored beside the text, as ``engine.ingest`` applies it
@@ -296,11 +297,12 @@ class BulkLoader:
             doc.mime = "text/html" if html else "text/markdown"
         return doc
 
-    def _prepare(self, doc: BulkDocument) -> _Ready | None:
+    def _prepare(self, doc: BulkDocument) -> _Ready | DocumentInput:
         services = self.services
         embedder = services.embedder
         cap = services.config.ingest.max_file_bytes
         source, name = open_source(doc.text, doc.file, doc.name, cap)
+        opened = DocumentInput(source, name, doc.source_id, doc.acl, doc.attributes, doc.mime)
         budget = min(services.config.ingest.chunk_tokens, embedder.max_input_tokens)
         try:
             streamed = chunk_stream(
@@ -314,22 +316,13 @@ class BulkLoader:
             )
             prepared = prepare(streamed, embedder.count_tokens, input_cap=embedder.max_input_tokens, hold=1 << 62)
         except ExtractionFailed:
-            return None
+            return opened
         if prepared.too_large is not None or prepared.chunks is None:
-            return None
-        return _Ready(doc, name or unnamed_name(prepared.content_hash, doc.acl), prepared, prepared.chunks)
+            return opened
+        return _Ready(opened, name or unnamed_name(prepared.content_hash, doc.acl), prepared, prepared.chunks)
 
-    async def _ordinary(self, doc: BulkDocument, caller: tuple[str, ...] | None) -> DocumentReport:
-        source, name = open_source(doc.text, doc.file, doc.name, self.services.config.ingest.max_file_bytes)
-        return await self.ingestor.ingest(
-            source,
-            name=name,
-            source_id=doc.source_id,
-            acl=doc.acl,
-            attributes=doc.attributes,
-            mime=doc.mime,
-            caller=caller,
-        )
+    async def _ordinary(self, doc: DocumentInput, caller: tuple[str, ...] | None) -> DocumentReport:
+        return await self.ingestor.ingest_document(doc, caller=caller)
 
     # ------------------------------------------------------------------ embedding
     async def _embed(self, ready: list[_Ready]) -> tuple[np.ndarray, list[int]]:
@@ -347,15 +340,8 @@ class BulkLoader:
         async def store(batch: list[batching.Item], got: list[list[float]]) -> None:
             vectors[[i.key for i in batch]] = np.asarray(got, dtype=np.float32)
 
-        max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
-        await batching.run(
-            embedder,
-            items,
-            max_items=max_items,
-            max_tokens=max_tokens,
-            concurrency=services.config.embedding.max_concurrency,
-            on_batch=store,
-        )
+        # no fair turns: a load is its own run, and its batches are held for the COPY
+        await embed_store.Embedding(services, owner=None).run(items, store)
         tokens = [0] * len(ready)
         for item, d in zip(items, owner, strict=True):
             tokens[d] += item.tokens
@@ -365,18 +351,18 @@ class BulkLoader:
     async def _write_batch(
         self,
         db: AsyncEngine,
-        pending: list[_Ready | BulkDocument],
+        pending: list[_Ready | DocumentInput],
         seen: set[tuple[str, str]],
         report: BulkReport,
         slot: _Slot,
         previous: _Slot | None,
-    ) -> list[BulkDocument]:
+    ) -> list[DocumentInput]:
         """Write one batch in one transaction; returns the documents left to the ordinary path."""
         try:
             fresh: list[_Ready] = []
-            later: list[BulkDocument] = []
+            later: list[DocumentInput] = []
             for r in pending:
-                if isinstance(r, BulkDocument):
+                if isinstance(r, DocumentInput):
                     later.append(r)
                     continue
                 identity = (r.doc.source_id, r.name)
@@ -551,7 +537,7 @@ class BulkLoader:
             )
 
 
-def _chunks(item: _Ready | BulkDocument) -> int:
+def _chunks(item: _Ready | DocumentInput) -> int:
     return len(item.chunks) if isinstance(item, _Ready) else 0
 
 

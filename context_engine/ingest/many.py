@@ -30,24 +30,23 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from context_engine.errors import ContextEngineError, IngestTooLarge, InputTooLarge, ProviderError
+from context_engine.errors import ContextEngineError, IngestTooLarge
 from context_engine.hooks import ErrorEvent, ProgressEvent
-from context_engine.ingest import batching, fair_share, holders
+from context_engine.ingest import batching, embed_store, holders
+from context_engine.ingest.document import DocumentInput
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pipeline import (
     UNNAMED,
     Ingestor,
     Prepared,
-    Source,
     WorkCaps,
     chunk_row,
     chunk_stream,
     ingest_usage,
     is_unchanged,
-    page_items,
     prepare,
     reopen,
     skipped_unchanged,
@@ -55,7 +54,7 @@ from context_engine.ingest.pipeline import (
     unnamed_name,
 )
 from context_engine.ingest.pool_share import IngestShare, share_for
-from context_engine.models import FAILURE_MESSAGES, DocumentReport
+from context_engine.models import DocumentReport
 from context_engine.storage import repository as repo
 from context_engine.storage import session_locks
 
@@ -67,12 +66,7 @@ class Entry:
     """One checked document of a batch, as the engine hands it over."""
 
     index: int
-    source: Source
-    name: str | None
-    source_id: str
-    acl: list[str]
-    attributes: dict[str, Any]
-    mime: str | None
+    doc: DocumentInput
     #: ``True`` when it must take the single-document path (it carries an idempotency key)
     single: bool = False
     #: it carries an idempotency key: a request of its own, never merged with an identical entry
@@ -83,12 +77,12 @@ class Entry:
     @property
     def filing(self) -> holders.Filing:
         """``(source_id, name, acl, content hash)``: what admission looks the entry's document up by."""
-        return (self.source_id, self.name or "", self.acl, self.prepared.content_hash if self.prepared else None)
+        return self.doc.filing(self.prepared.content_hash if self.prepared else None)
 
     @property
     def identity(self) -> tuple[str, str]:
-        assert self.name is not None
-        return self.source_id, self.name
+        assert self.doc.name is not None
+        return self.doc.source_id, self.doc.name
 
 
 #: what a single-path ingest of one entry is (the engine's own ``ingest`` for it, key and all)
@@ -162,16 +156,17 @@ class BatchIngestor:
         budget = min(services.config.ingest.chunk_tokens, embedder.max_input_tokens)
         vision = services.config.vision_llm is not None
         for entry in entries:
-            if vision and entry.mime is None:
+            doc = entry.doc
+            if vision and doc.mime is None:
                 entry.single = True  # a file may hold scanned pages: the single path transcribes them
             if entry.single:
                 continue
-            entry.start = start_of(entry.source)
+            entry.start = start_of(doc.source)
             try:
                 streamed = chunk_stream(
-                    entry.source,
-                    entry.name or UNNAMED,
-                    entry.mime,
+                    doc.source,
+                    doc.name or UNNAMED,
+                    doc.mime,
                     budget,
                     embedder.count_tokens,
                     services.config.ingest.max_rows,
@@ -186,13 +181,13 @@ class BatchIngestor:
                 )
             except (ExtractionFailed, IngestTooLarge, ImportError):
                 prepared = None
-            entry.source = reopen(entry.source, entry.start)
+            reopen(doc.source, entry.start)
             if prepared is None or prepared.chunks is None or prepared.too_large is not None:
                 entry.single = True
                 continue
             entry.prepared = prepared
-            if entry.name is None:
-                entry.name = unnamed_name(prepared.content_hash, entry.acl)
+            if doc.name is None:
+                entry.doc = replace(doc, name=unnamed_name(prepared.content_hash, doc.acl))
 
     async def _guarded(self, entry: Entry, single: SingleRun) -> DocumentReport | ContextEngineError:
         try:
@@ -345,12 +340,12 @@ class BatchIngestor:
         return results, written
 
     def _base_report(self, entry: Entry) -> DocumentReport:
-        assert entry.prepared is not None and entry.name is not None
+        assert entry.prepared is not None and entry.doc.name is not None
         prepared = entry.prepared
         return DocumentReport(
             document_id=None,
-            name=entry.name,
-            source_id=entry.source_id,
+            name=entry.doc.name,
+            source_id=entry.doc.source_id,
             status="failed",
             mime=prepared.mime,
             pages=prepared.meta.get("pages"),
@@ -358,102 +353,52 @@ class BatchIngestor:
         )
 
     async def _embed(self, share: IngestShare, written: list[_Written], holder: str) -> list[_Written]:
-        """Embed every pending chunk of the wave; each stored batch advances its documents' progress,
-        and completes those whose last vector it carried, in the same transaction."""
+        """Embed every pending chunk of the wave together; each stored batch advances its documents'
+        progress, and completes those whose last vector it carried, in the same transaction."""
         services = self.services
         embedder, hooks = services.embedder, services.hooks
-        seconds = float(services.config.ingest.resume_stale_seconds)
-        by_chunk: dict[int, _Written] = {}
+        by_chunk: dict[int, str] = {}
         items: list[batching.Item] = []
         for w in written:
             assert w.entry.prepared is not None and w.entry.prepared.chunks is not None
             texts = [c.text for c in w.entry.prepared.chunks]
             w.entry.prepared.chunks.clear()
             for cid, _ in w.pending:
-                by_chunk[cid] = w
-            items += page_items([(cid, position, None) for cid, position in w.pending], texts, embedder.count_tokens)
-        by_id = {str(w.report.document_id): w for w in written}
-        open_ids = {str(w.report.document_id) for w in written}
-        storing = asyncio.Lock()
-
-        async def store(batch: list[batching.Item], vectors: list[list[float]]) -> None:
-            # counted and written under one lock, so the batch that carries a document's last vector is
-            # the one that completes it; the counts are kept only once the transaction committed
-            async with storing:
-                after: dict[str, dict[str, int]] = {}
-                for item in batch:
-                    w = by_chunk[item.key]
-                    progress = after.setdefault(str(w.report.document_id), dict(w.progress))
-                    progress["done"] += 1
-                    progress["tokens"] += item.tokens
-                done = {d: p for d, p in after.items() if p["done"] >= p["total"]}
-                moving = {d: p for d, p in after.items() if d not in done}
-                async with share.begin() as conn:
-                    held = await repo.renew_leases(conn, list(after), holder, seconds)
-                    if held != set(after):
-                        raise _LeaseLostMany(set(after) - held)
-                    await repo.store_vectors(conn, [i.key for i in batch], vectors, embedder.key)
-                    await repo.set_progress_many(conn, moving)
-                    await repo.finish_many(conn, done, holder)
-                for doc_id, progress in after.items():
-                    by_id[doc_id].progress = progress
-                open_ids.difference_update(done)
-
-        max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
-        stats = batching.RunStats(item_cap=max_items)
+                by_chunk[cid] = str(w.report.document_id)
+            rows: list[tuple[int, int, str | None]] = [(cid, position, None) for cid, position in w.pending]
+            items += embed_store.items_of(rows, texts, embedder.count_tokens)
+        store = embed_store.LeasedStore(
+            share,
+            embedding_key=embedder.key,
+            holder=holder,
+            lease_seconds=float(services.config.ingest.resume_stale_seconds),
+            progress={str(w.report.document_id): w.progress for w in written},
+            document_of=by_chunk.__getitem__,
+        )
         failure: tuple[str, str] | None = None
-        lost: set[str] = set()
         try:
-            await batching.run(
-                embedder,
-                items,
-                max_items=max_items,
-                max_tokens=max_tokens,
-                concurrency=services.config.embedding.max_concurrency,
-                on_batch=store,
-                stats=stats,
-                gate=fair_share.gate_for(embedder, services.config.embedding.max_inflight),
-                owner=holder,
-            )
-            nothing_pending = {d: by_id[d].progress for d in open_ids if not by_id[d].pending}
-            if nothing_pending:
-                async with share.begin() as conn:
-                    finished = await repo.finish_many(conn, nothing_pending, holder)
-                lost |= set(nothing_pending) - finished
-                open_ids.difference_update(nothing_pending)
-        except _LeaseLostMany as exc:
-            lost |= exc.documents
-        except (ProviderError, InputTooLarge, ContextEngineError) as exc:
-            failure = (exc.code if exc.code in FAILURE_MESSAGES else "unknown", str(exc))
+            await embed_store.Embedding(services, owner=holder).run(items, store.store)
+            await store.finish_open()  # the documents that had nothing pending (every vector reused)
+        except embed_store.LeaseLost:
+            pass  # the store knows which: they are answered busy below
         except Exception as exc:
-            log.exception("embedding failed for a batch of %d documents", len(written))
-            failure = ("unknown", str(exc))
+            if not isinstance(exc, ContextEngineError):
+                log.exception("embedding failed for a batch of %d documents", len(written))
+            failure = (embed_store.failure_reason(exc), self.ingestor.scrubber.text(str(exc)))
         except BaseException:  # cancelled: the documents stay resumable, no run is left on their rows
-            await asyncio.shield(self._let_go(share, open_ids, holder))
+            await asyncio.shield(store.let_go())
             raise
-        unfinished = {d for d in open_ids if d not in lost}
-        if failure is not None and unfinished:
-            reason, error = failure[0], self.ingestor.scrubber.text(failure[1])
-            async with share.begin() as conn:
-                await repo.fail_many(
-                    conn, {d: by_id[d].progress for d in unfinished}, holder=holder, failure_reason=reason, error=error
-                )
+        if failure is not None:
+            await store.fail(*failure)
         for w in written:
             doc_id = str(w.report.document_id)
-            if doc_id in lost:
+            w.progress = store.progress[doc_id]
+            if doc_id in store.lost:
                 w.report = _busy(w.report)
-            elif doc_id in unfinished and failure is not None:
-                w.report = w.report.model_copy(
-                    update={
-                        "status": "embedding",
-                        "failure_reason": failure[0],
-                        "failure_message": FAILURE_MESSAGES[failure[0]],
-                        "error": self.ingestor.scrubber.text(failure[1]),
-                    }
-                )
-                event = ErrorEvent("embed", w.report.name, doc_id, failure[0], w.report.error or "")
-                await hooks.emit("on_error", event)
-            elif doc_id not in unfinished:
+            elif doc_id in store.open and failure is not None:
+                w.report = embed_store.embedding_failed(w.report, *failure)
+                await hooks.emit("on_error", ErrorEvent("embed", w.report.name, doc_id, failure[0], failure[1]))
+            elif doc_id not in store.open:
                 w.report = w.report.model_copy(update={"status": "completed"})
                 await self._announce(w, len(written))
         return written
@@ -476,22 +421,6 @@ class BatchIngestor:
             ),
         )
 
-    async def _let_go(self, share: IngestShare, document_ids: set[str], holder: str) -> None:
-        try:
-            async with share.begin() as conn:
-                for doc_id in document_ids:
-                    await repo.let_go(conn, doc_id, holder)
-        except Exception as exc:
-            log.warning("could not clear the run of a batch: %s", type(exc).__name__)
-
-
-class _LeaseLostMany(Exception):
-    """Another run took some of the wave's documents over (this one stalled past its lease)."""
-
-    def __init__(self, documents: set[str]):
-        super().__init__(f"{len(documents)} documents were taken over")
-        self.documents = documents
-
 
 def _waves(entries: list[Entry]) -> list[list[Entry]]:
     """First occurrences of each identity first, then repeats, in input order within each wave.
@@ -499,7 +428,7 @@ def _waves(entries: list[Entry]) -> list[list[Entry]]:
     waves: list[list[Entry]] = []
     seen: dict[tuple[str, str], int] = {}
     for entry in entries:
-        key = entry.identity if entry.name is not None else ("", f"#{entry.index}")
+        key = entry.identity if entry.doc.name is not None else ("", f"#{entry.index}")
         n = seen.get(key, 0)
         seen[key] = n + 1
         while len(waves) <= n:
@@ -510,10 +439,11 @@ def _waves(entries: list[Entry]) -> list[list[Entry]]:
 
 def _fingerprint(entry: Entry) -> str | None:
     """What makes two entries the same call (``None``: this one is never merged with another)."""
-    if entry.keyed or not isinstance(entry.source, bytes):
+    doc = entry.doc
+    if entry.keyed or not isinstance(doc.source, bytes):
         return None
-    fields = [entry.source_id, entry.name, entry.acl, entry.attributes, entry.mime]
-    digest = hashlib.sha256(entry.source)
+    fields = [doc.source_id, doc.name, doc.acl, doc.attributes, doc.mime]
+    digest = hashlib.sha256(doc.source)
     digest.update(json.dumps(fields, sort_keys=True, default=str).encode("utf-8"))
     return digest.hexdigest()
 
@@ -551,17 +481,17 @@ def _busy(report: DocumentReport) -> DocumentReport:
 
 
 def _head(entry: Entry, existing: dict[str, Any] | None) -> repo.VersionHead:
-    prepared = entry.prepared
-    assert prepared is not None and entry.name is not None
+    prepared, doc = entry.prepared, entry.doc
+    assert prepared is not None and doc.name is not None
     meta = dict(prepared.meta)
     meta["embedding_progress"] = {"done": 0, "total": prepared.chunk_count, "tokens": 0}
     return repo.VersionHead(
         existing_id=str(existing["id"]) if existing is not None else None,
-        source_id=entry.source_id,
-        name=entry.name,
+        source_id=doc.source_id,
+        name=doc.name,
         mime=prepared.mime,
-        acl=entry.acl,
-        attributes=entry.attributes,
+        acl=doc.acl,
+        attributes=doc.attributes,
         content_hash=prepared.content_hash,
         meta=meta,
         chunk_count=prepared.chunk_count,

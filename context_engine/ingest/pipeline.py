@@ -27,13 +27,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from context_engine.config import ContextEngineConfig
 from context_engine.errors import ContextEngineError, IngestTooLarge
 from context_engine.hooks import ErrorEvent, ProgressEvent, UsageEvent
-from context_engine.ingest import batch_embedding, batching, fair_share, holders
+from context_engine.ingest import batch_embedding, batching, embed_store, holders
 from context_engine.ingest.chunker import Chunk, chunk_units, normalise
+from context_engine.ingest.document import DocumentInput, Source
 from context_engine.ingest.extracted import ExtractionFailed
 from context_engine.ingest.pool_share import IngestShare, share_for
 from context_engine.models import FAILURE_MESSAGES, DocumentReport
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("context_engine.ingest")
 
-Source = bytes | Path | IO[bytes]
 T = TypeVar("T")
 
 
@@ -291,10 +291,6 @@ async def _row_slices(
         raise _SourceChanged("the file changed while it was being ingested; nothing was stored, ingest it again")
 
 
-class _LeaseLost(Exception):
-    """Another run took the document over (this one lost its lock): it stops storing."""
-
-
 #: the name events and extraction see for a document ingested without one, until its content is known
 UNNAMED = "untitled"
 
@@ -337,32 +333,30 @@ class Ingestor:
     ) -> DocumentReport:
         """Ingest one document; ``name=None`` names it after its content (:func:`unnamed_name`).
         ``batch``: embed through the provider's batch API (:mod:`context_engine.ingest.batch_embedding`)."""
+        doc = DocumentInput(source, name, source_id, acl, attributes, mime)
+        return await self.ingest_document(doc, caller=caller, batch=batch)
+
+    async def ingest_document(
+        self, doc: DocumentInput, *, caller: tuple[str, ...] | None, batch: bool = False
+    ) -> DocumentReport:
+        """:meth:`ingest` of a document already in its record (a bulk load hands over those it cannot write)."""
         services = self.services
         share = share_for(await services.db(), services.config.storage)
         async with share.run():
-            return await self._ingest(share, source, name, source_id, acl, attributes, mime, caller, batch)
+            return await self._ingest(share, doc, caller, batch)
 
     async def _ingest(
-        self,
-        share: IngestShare,
-        source: Source,
-        name: str | None,
-        source_id: str,
-        acl: list[str],
-        attributes: dict[str, Any],
-        mime: str | None,
-        caller: tuple[str, ...] | None,
-        batch: bool = False,
+        self, share: IngestShare, doc: DocumentInput, caller: tuple[str, ...] | None, batch: bool
     ) -> DocumentReport:
         services = self.services
         embedder = services.embedder
         hooks = services.hooks
         budget = min(services.config.ingest.chunk_tokens, embedder.max_input_tokens)
-        label = name or UNNAMED
-        report = DocumentReport(document_id=None, name=label, source_id=source_id, status="failed")
+        label = doc.name or UNNAMED
+        report = DocumentReport(document_id=None, name=label, source_id=doc.source_id, status="failed")
 
         await hooks.emit("on_progress", ProgressEvent("extract", "started", label))
-        start = start_of(source)
+        start = start_of(doc.source)
         scrubber = self.scrubber
         vision = services.page_transcriber()  # None without vision_llm
 
@@ -371,7 +365,7 @@ class Ingestor:
             document the second one that writes it, read it with the same settings."""
             max_rows = services.config.ingest.max_rows
             return chunk_stream(
-                reopen(source, start), label, mime, budget, embedder.count_tokens, max_rows, scrubber, vision
+                reopen(doc.source, start), label, doc.mime, budget, embedder.count_tokens, max_rows, scrubber, vision
             )
 
         try:
@@ -388,11 +382,12 @@ class Ingestor:
         except (IngestTooLarge, ImportError):
             raise
         except ExtractionFailed as exc:
-            if name is None:  # nothing was read to name it by: each failed attempt is its own record
+            if doc.name is None:  # nothing was read to name it by: each failed attempt is its own record
                 report.name = f"{UNNAMED}-{uuid.uuid4().hex[:16]}"
-            return await self._fail_new(share, report, mime, acl, attributes, exc.reason, str(exc), caller)
-        if name is None:
-            name = report.name = unnamed_name(prepared.content_hash, acl)
+            return await self._fail_new(share, report, doc, exc.reason, str(exc), caller)
+        name = doc.name or unnamed_name(prepared.content_hash, doc.acl)
+        doc = replace(doc, name=name)
+        report.name = name
         report.mime, report.pages, report.pages_source = (
             prepared.mime,
             prepared.meta.get("pages"),
@@ -409,15 +404,11 @@ class Ingestor:
                 f"chunk {prepared.too_large[0]} is larger than the embedding model's per-input cap of "
                 f"{embedder.max_input_tokens} tokens"
             )
-            return await self._fail_new(
-                share, report, prepared.mime, acl, attributes, "input_too_large", message, caller
-            )
+            return await self._fail_new(share, report, doc, "input_too_large", message, caller)
 
         if batch:  # a chunk set one job cannot hold is refused before anything is stored
             batch_embedding.batch_client(services, prepared.chunk_count)
-        return await self._write_and_embed(
-            share, report, prepared, stream, source_id, name, acl, attributes, caller, batch
-        )
+        return await self._write_and_embed(share, report, prepared, stream, doc, caller, batch)
 
     async def _write_and_embed(
         self,
@@ -425,28 +416,24 @@ class Ingestor:
         report: DocumentReport,
         prepared: Prepared,
         stream: Callable[[], tuple[str, dict[str, Any], Iterator[Chunk]]],
-        source_id: str,
-        name: str,
-        acl: list[str],
-        attributes: dict[str, Any],
+        doc: DocumentInput,
         caller: tuple[str, ...] | None,
         batch: bool = False,
     ) -> DocumentReport:
         """Own the identity (waiting its turn), write the new version in one transaction, then embed
-        what is pending while still owning it; the identity is let go when the run ends."""
+        what is pending while still owning it; the identity is let go when the run ends. ``doc`` is
+        named by now."""
+        assert doc.name is not None
         holder = str(uuid.uuid4())
         busy = report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
-        filing = (source_id, name, acl, prepared.content_hash)
         async with share.connect() as conn:
             # refused before waiting its turn (write permission), so a hidden holder's turn is never probed
-            await holders.holder(conn, filing, caller, self.services.write_access)
-        held = await self._own(share, source_id, name)
+            await holders.holder(conn, doc.filing(prepared.content_hash), caller, self.services.write_access)
+        held = await self._own(share, doc.source_id, doc.name)
         if held is None:
             return busy
         try:
-            return await self._write_owned(
-                share, report, prepared, stream, source_id, name, acl, attributes, caller, batch, holder
-            )
+            return await self._write_owned(share, report, prepared, stream, doc, caller, batch, holder)
         finally:
             await session_locks.locks_for(share.pool).release(held)
 
@@ -462,20 +449,18 @@ class Ingestor:
         report: DocumentReport,
         prepared: Prepared,
         stream: Callable[[], tuple[str, dict[str, Any], Iterator[Chunk]]],
-        source_id: str,
-        name: str,
-        acl: list[str],
-        attributes: dict[str, Any],
+        doc: DocumentInput,
         caller: tuple[str, ...] | None,
         batch: bool,
         holder: str,
     ) -> DocumentReport:
         """The write and the embedding of a run that owns the identity."""
         services = self.services
+        assert doc.name is not None
         try:
             async with share.begin() as conn:
                 # read under the lock: the run before this one may have written a version meanwhile
-                filing = (source_id, name, acl, prepared.content_hash)
+                filing = doc.filing(prepared.content_hash)
                 existing = await holders.holder(conn, filing, caller, services.write_access, for_update=True)
                 if existing is not None and is_unchanged(existing, prepared.content_hash):
                     return skipped_unchanged(report, existing)
@@ -483,11 +468,11 @@ class Ingestor:
                 meta["embedding_progress"] = {"done": 0, "total": prepared.chunk_count, "tokens": 0}
                 head = repo.VersionHead(
                     existing_id=str(existing["id"]) if existing else None,
-                    source_id=source_id,
-                    name=name,
+                    source_id=doc.source_id,
+                    name=doc.name,
                     mime=prepared.mime,
-                    acl=acl,
-                    attributes=attributes,
+                    acl=doc.acl,
+                    attributes=doc.attributes,
                     content_hash=prepared.content_hash,
                     meta=meta,
                     chunk_count=prepared.chunk_count,
@@ -514,9 +499,7 @@ class Ingestor:
                     reused = prepared.chunk_count - missing
                 truncated = await stored_text.was_truncated(conn, opened.document_id)
         except _SourceChanged as exc:
-            return await self._fail_owned(
-                share, report, prepared.mime, acl, attributes, "chunk_set_changed", str(exc), caller
-            )
+            return await self._fail_owned(share, report, doc, "chunk_set_changed", str(exc), caller)
         report = report.model_copy(
             update={
                 "document_id": opened.document_id,
@@ -592,7 +575,6 @@ class Ingestor:
         embedder, hooks = services.embedder, services.hooks
         doc_id = report.document_id
         assert doc_id is not None
-        seconds = self._lease_seconds()
         # the document's own counts: every current chunk, those already embedded (reused, or stored by
         # an earlier run that stopped) counted done, and the tokens earlier runs spent
         if pending is None:
@@ -604,48 +586,28 @@ class Ingestor:
         else:
             total = max(report.chunks, len(pending))
             progress = {"done": total - len(pending), "total": total, "tokens": 0}
-        finished = False
         await hooks.emit("on_progress", ProgressEvent("embed", "started", report.name, doc_id, dict(progress)))
+        store = embed_store.LeasedStore(
+            share,
+            embedding_key=embedder.key,
+            holder=holder,
+            lease_seconds=self._lease_seconds(),
+            progress={doc_id: progress},
+            document_of=lambda _chunk_id: doc_id,
+        )
 
-        # one store at a time per run: requests to the model may overlap, but a large document's writes
-        # (each one index insert per vector) never take more than one database backend from searches
-        storing = asyncio.Lock()
+        async def stored(batch: list[batching.Item], vectors: list[list[float]]) -> None:
+            await store.store(batch, vectors)
+            done = dict(store.progress[doc_id])
+            await hooks.emit("on_progress", ProgressEvent("embed", "progress", report.name, doc_id, done))
 
-        async def store(batch: list[batching.Item], vectors: list[list[float]]) -> None:
-            nonlocal finished
-            async with storing, share.begin() as conn:
-                if not await repo.renew_lease(conn, doc_id, holder, seconds):
-                    raise _LeaseLost()
-                await repo.store_vectors(conn, [i.key for i in batch], vectors, embedder.key)
-                progress["done"] += len(batch)
-                progress["tokens"] += sum(i.tokens for i in batch)
-                if progress["done"] < progress["total"]:
-                    await repo.set_embedding_progress(conn, doc_id, progress)
-                elif await repo.finish_embedding(conn, doc_id, progress, holder):
-                    finished = True
-                else:
-                    raise _LeaseLost()
-            await hooks.emit("on_progress", ProgressEvent("embed", "progress", report.name, doc_id, dict(progress)))
-
-        max_items, max_tokens = batching.batch_limits(services.config.embedding, embedder.provider)
-        stats = batching.RunStats(item_cap=max_items)
-        gate = fair_share.gate_for(embedder, services.config.embedding.max_inflight)
+        embedding = embed_store.Embedding(services, owner=doc_id)
         after = -1
         try:
             if pending is not None:  # the rows just written: their ids and texts are at hand
-                page_rows: list[tuple[int, int, str | None]] = [(cid, position, None) for cid, position in pending]
-                items = await asyncio.to_thread(page_items, page_rows, texts, embedder.count_tokens)
-                await batching.run(
-                    embedder,
-                    items,
-                    max_items=stats.item_cap,
-                    max_tokens=max_tokens,
-                    concurrency=services.config.embedding.max_concurrency,
-                    on_batch=store,
-                    stats=stats,
-                    gate=gate,
-                    owner=doc_id,
-                )
+                rows: list[tuple[int, int, str | None]] = [(cid, position, None) for cid, position in pending]
+                items = await asyncio.to_thread(embed_store.items_of, rows, texts, embedder.count_tokens)
+                await embedding.run(items, stored)
             while pending is None:  # a page of pending rows at a time, so a large document's texts are never all held
                 async with share.connect() as conn:
                     page = await repo.pending_page(
@@ -655,32 +617,20 @@ class Ingestor:
                     break
                 after = page[-1][1]
                 # counting a page's tokens is CPU work (a tokenizer pass per chunk): off the event loop
-                items = await asyncio.to_thread(page_items, page, texts, embedder.count_tokens)
+                items = await asyncio.to_thread(embed_store.items_of, page, texts, embedder.count_tokens)
                 del page
-                # the cap starts where the last page left it (a halving holds for the whole document)
-                await batching.run(
-                    embedder,
-                    items,
-                    max_items=stats.item_cap,
-                    max_tokens=max_tokens,
-                    concurrency=services.config.embedding.max_concurrency,
-                    on_batch=store,
-                    stats=stats,
-                    gate=gate,
-                    owner=doc_id,
-                )
-            if not finished:  # nothing was pending, or a resume that found no rows left
-                async with share.begin() as conn:
-                    if not await repo.finish_embedding(conn, doc_id, progress, holder):
-                        raise _LeaseLost()
-        except _LeaseLost:
+                await embedding.run(items, stored)
+            await store.finish_open()  # nothing was pending, or a resume that found no rows left
+        except embed_store.LeaseLost:
             log.warning("document %s was taken over by another run; this run stopped", doc_id)
             return report.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
         except Exception as exc:
-            return await self._fail_embedding(share, report, holder, exc, progress, "embedding")
+            return await self._fail_embedding(share, report, holder, exc, store.progress[doc_id], "embedding")
         except BaseException:  # cancelled (a stopped process, a cancelled resume): nothing is left owned
-            await asyncio.shield(self._let_go(share, doc_id, holder))
+            await asyncio.shield(store.let_go())
             raise
+        progress = store.progress[doc_id]
+        stats = embedding.stats
         await hooks.emit("on_progress", ProgressEvent("embed", "done", report.name, doc_id, dict(progress)))
         await hooks.emit(
             "on_usage",
@@ -721,10 +671,8 @@ class Ingestor:
         ours names its code, anything else is ``unknown`` and logged with its traceback."""
         doc_id = report.document_id
         assert doc_id is not None
-        reason = "unknown"
-        if isinstance(exc, ContextEngineError):
-            reason = exc.code if exc.code in FAILURE_MESSAGES else "unknown"
-        else:
+        reason = embed_store.failure_reason(exc)
+        if not isinstance(exc, ContextEngineError):
             log.error("%s failed for document %s", step, doc_id, exc_info=exc)
         error = self.scrubber.text(str(exc))
         async with share.begin() as conn:
@@ -732,14 +680,7 @@ class Ingestor:
                 conn, doc_id, holder=holder, failure_reason=reason, error=error, progress=progress
             )
         await self.services.hooks.emit("on_error", ErrorEvent("embed", report.name, doc_id, reason, error))
-        return report.model_copy(
-            update={
-                "status": "embedding",
-                "failure_reason": reason,
-                "failure_message": FAILURE_MESSAGES[reason],
-                "error": error,
-            }
-        )
+        return embed_store.embedding_failed(report, reason, error)
 
     async def resume(self, document_id: str | None) -> list[DocumentReport]:
         """Finish documents left in ``embedding``; one whose run is alive (its identity is owned) is
@@ -795,23 +736,22 @@ class Ingestor:
         self,
         share: IngestShare,
         base: DocumentReport,
-        mime: str | None,
-        acl: list[str],
-        attributes: dict[str, Any],
+        doc: DocumentInput,
         reason: str,
         error: str,
         caller: tuple[str, ...] | None,
     ) -> DocumentReport:
-        """Record a document that could not be processed; nothing else is written. It waits its turn
-        on the identity like any writer (``skipped`` / ``in_progress`` when the wait runs out)."""
-        filing, access = (base.source_id, base.name, acl, None), self.services.write_access
+        """Record a document that could not be processed under ``base``'s name (and mime, once it
+        is known); nothing else is written. It waits its turn on the identity like any writer
+        (``skipped`` / ``in_progress`` when the wait runs out)."""
+        filing, access = (base.source_id, base.name, doc.acl, None), self.services.write_access
         async with share.connect() as conn:
             await holders.holder(conn, filing, caller, access)
         held = await self._own(share, base.source_id, base.name)
         if held is None:
             return base.model_copy(update={"status": "skipped", "skip_reason": "in_progress"})
         try:
-            return await self._fail_owned(share, base, mime, acl, attributes, reason, error, caller)
+            return await self._fail_owned(share, base, doc, reason, error, caller)
         finally:
             await session_locks.locks_for(share.pool).release(held)
 
@@ -819,17 +759,15 @@ class Ingestor:
         self,
         share: IngestShare,
         base: DocumentReport,
-        mime: str | None,
-        acl: list[str],
-        attributes: dict[str, Any],
+        doc: DocumentInput,
         reason: str,
         error: str,
         caller: tuple[str, ...] | None,
     ) -> DocumentReport:
         """:meth:`_fail_new` for a run that owns the identity."""
-        mime = mime or "application/octet-stream"
+        mime = base.mime or doc.mime or "application/octet-stream"
         error = self.scrubber.text(error)
-        filing, access = (base.source_id, base.name, acl, None), self.services.write_access
+        filing, access = (base.source_id, base.name, doc.acl, None), self.services.write_access
         async with share.begin() as conn:
             found = await holders.holder(conn, filing, caller, access, for_update=True)
             doc_id, revision = await repo.write_failed(
@@ -838,8 +776,8 @@ class Ingestor:
                 source_id=base.source_id,
                 name=base.name,
                 mime=mime,
-                acl=acl,
-                attributes=attributes,
+                acl=doc.acl,
+                attributes=doc.attributes,
                 failure_reason=reason,
                 error=error,
             )
@@ -855,18 +793,6 @@ class Ingestor:
                 "mime": mime,
             }
         )
-
-
-def page_items(
-    page: list[tuple[int, int, str | None]], texts: list[str] | None, count_tokens: Callable[[str], int]
-) -> list[batching.Item]:
-    """The embedding inputs of a page of pending rows: their texts (held, or as read) and token counts."""
-    items = []
-    for cid, position, stored in page:
-        chunk_text = texts[position] if texts is not None else stored
-        assert chunk_text is not None
-        items.append(batching.Item(cid, chunk_text, count_tokens(chunk_text)))
-    return items
 
 
 def ingest_usage(report: DocumentReport, *, embedded: int, reused: int, tokens: int, **extra: Any) -> UsageEvent:

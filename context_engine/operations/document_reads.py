@@ -42,7 +42,7 @@ async def get_document(
     answered under the ACL it had then. A ``version`` is a write's own token, so it is read on the
     writer, where a version just written is found."""
     caller = resolve(principals)
-    red = ctx.redactor(caller, redaction, redaction_secret_key)
+    redactor = ctx.redactor(caller, redaction, redaction_secret_key)
     doc_id = check_document_id(document_id)
     if version is not None and as_of is not None:
         raise InvalidRequest("pass as_of or version, not both")
@@ -62,7 +62,7 @@ async def get_document(
     if row is None:
         what = f"version {version} of document" if version is not None else "document"
         raise NotFound(f"{what} {document_id} not found")
-    return document(row, revs=revs, red=red)
+    return document(row, revs=revs, redactor=redactor)
 
 
 async def document_versions(
@@ -76,7 +76,7 @@ async def document_versions(
     """Every version of the document the caller may see (each under its own ACL), oldest first,
     with its revision range; ``NotFound`` when there is none."""
     caller = resolve(principals)
-    red = ctx.redactor(caller, redaction, redaction_secret_key)
+    redactor = ctx.redactor(caller, redaction, redaction_secret_key)
     doc_id = check_document_id(document_id)
     rows = await repo.document_versions(await ctx.db(), doc_id, ReadScope(caller))
     if not rows:
@@ -86,8 +86,8 @@ async def document_versions(
         DocumentVersion(
             **{
                 **r,
-                "name": red.text(r["name"]),
-                "attributes": red.obj(r["attributes"] or {}),
+                "name": redactor.text(r["name"]),
+                "attributes": redactor.obj(r["attributes"] or {}),
                 "valid_from": revs.told(r["valid_from"]),
                 "valid_to": revs.told_or_none(r["valid_to"]),
             }
@@ -111,7 +111,7 @@ async def list_documents(
 ) -> DocumentPage:
     """A page of the documents the caller may see, now or as of revision ``as_of``."""
     caller = resolve(principals)
-    red = ctx.redactor(caller, redaction, redaction_secret_key)
+    redactor = ctx.redactor(caller, redaction, redaction_secret_key)
     check_int_range(limit, "limit", LIST_LIMIT_MIN, LIST_LIMIT_MAX)
     after = page_cursor.decode(cursor) if cursor else None
     sources = check_id_list(source_ids, "source_ids")
@@ -130,7 +130,7 @@ async def list_documents(
     )
     more = len(rows) > limit
     rows = rows[:limit]
-    docs = [document(r, revs=revs, red=red) for r in rows]
+    docs = [document(r, revs=revs, redactor=redactor) for r in rows]
     next_cursor = page_cursor.encode(rows[-1]) if more and rows else None
     return DocumentPage(documents=docs, next_cursor=next_cursor)
 
@@ -151,28 +151,28 @@ async def stats(
     return Stats(**found)
 
 
-def document(row: dict[str, Any], *, revs: revision_view.CallerRevisions, red: Redactor) -> Document:
+def document(row: dict[str, Any], *, revs: revision_view.CallerRevisions, redactor: Redactor) -> Document:
     """A stored row as the caller sees it: redacted, its revision told, its error for the trusted only."""
     trusted = revs.trusted
     reason = shown_failure(row.get("failure_reason"))
     return Document(
         id=str(row["id"]),
-        name=red.text(row["name"]),
+        name=redactor.text(row["name"]),
         source_id=row["source_id"],
         mime=row["mime"],
         acl=list(row["acl"]),
-        attributes=red.obj(row["attributes"] or {}),
+        attributes=redactor.obj(row["attributes"] or {}),
         status=row["status"],
         failure_reason=reason,
         failure_message=FAILURE_MESSAGES.get(reason) if reason else None,
-        error=red.text(row.get("error")) if trusted else None,
+        error=redactor.text(row.get("error")) if trusted else None,
         version=row["version"],
         revision=revs.told(row["updated_revision"]),
         chunk_count=row["chunk_count"],
-        meta=red.obj(row["meta"] or {}),
+        meta=redactor.obj(row["meta"] or {}),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
-        text=red.text(row.get("text")),
+        text=redactor.text(row.get("text")),
         # a version read (it has valid_from) assembles the whole text from the chunks: never cut
         text_truncated=stored_text.is_truncated(row.get("meta")) and "valid_from" not in row,
     )

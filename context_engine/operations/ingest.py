@@ -105,9 +105,9 @@ async def ingest(
             await ctx.hooks.emit("on_usage", usage)
     else:
         report = await _ingest_one(ctx, run, key, source, name, source_id, acl_list, attributes, mime, batch)
-    red = ctx.redactor(caller, None, None)
-    report.name = red.text(report.name) or report.name
-    report.error = red.text(report.error)
+    redactor = ctx.redactor(caller, None, None)
+    report.name = redactor.text(report.name) or report.name
+    report.error = redactor.text(report.error)
     report.revision = (await ctx.revisions(caller)).told_or_none(report.revision)
     return totals([report])
 

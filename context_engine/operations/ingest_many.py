@@ -7,6 +7,7 @@ from typing import Any
 
 from context_engine.errors import ContextEngineError, InvalidRequest
 from context_engine.ingest import many
+from context_engine.ingest.document import DocumentInput
 from context_engine.ingest.pipeline import open_source
 from context_engine.limits import INGEST_MANY_MAX, MAX_ATTRIBUTES_DEPTH, MAX_NAME_CHARS, MAX_SOURCE_ID_CHARS
 from context_engine.models import DocumentReport, IngestManyError, IngestManyItem, IngestManyReport
@@ -49,13 +50,13 @@ async def ingest_many(
     async def single(entry: many.Entry) -> DocumentReport:
         fields = dict(raw[entry.index])
         if fields.get("file") is not None:
-            fields["file"] = entry.source  # already opened (and read back to its start)
+            fields["file"] = entry.doc.source  # already opened (and read back to its start)
         report = await ingest(ctx, **fields, principals=principals)
         told.add(entry.index)  # ingest already told its revision in the caller's terms
         return report.documents[0]
 
     results.update(await many.BatchIngestor(ctx.ingestor).ingest(entries, caller, single))
-    red = ctx.redactor(caller, None, None)
+    redactor = ctx.redactor(caller, None, None)
     revs = await ctx.revisions(caller)
     items = []
     for index in range(len(documents)):
@@ -66,8 +67,8 @@ async def ingest_many(
             continue
         if ctx.config.ingest.extract_fields and outcome.status in ("completed", "embedding"):
             await extract_after_ingest(ctx, outcome.document_id)  # type: ignore[arg-type]
-        outcome.name = red.text(outcome.name) or outcome.name
-        outcome.error = red.text(outcome.error)
+        outcome.name = redactor.text(outcome.name) or outcome.name
+        outcome.error = redactor.text(outcome.error)
         if index not in told:
             outcome.revision = revs.told_or_none(outcome.revision)
         items.append(IngestManyItem(index=index, report=outcome))
@@ -97,17 +98,9 @@ def _entry(ctx: EngineContext, index: int, fields: dict[str, Any], caller: tuple
     source, name = open_source(text, file, name, ctx.config.ingest.max_file_bytes)
     scrub = ctx.scrubber()
     name = scrub.text(name) if name is not None else None
-    return many.Entry(
-        index=index,
-        source=source,
-        name=name,
-        source_id=source_id,
-        acl=acl,
-        attributes=scrub.obj(dict(attributes or {})),
-        mime=default_mime(text, name, fields.get("mime")),
-        single=key is not None,
-        keyed=key is not None,
-    )
+    mime = default_mime(text, name, fields.get("mime"))
+    doc = DocumentInput(source, name, source_id, acl, scrub.obj(dict(attributes or {})), mime)
+    return many.Entry(index=index, doc=doc, single=key is not None, keyed=key is not None)
 
 
 def _totals(items: list[IngestManyItem]) -> dict[str, int]:

@@ -70,7 +70,7 @@ async def search(
     cfg = ctx.config.search
     top_k = check_int_range(top_k, "top_k", 1, cfg.max_top_documents if group_by == "document" else cfg.max_top_k)
     caller = resolve(principals)
-    red = ctx.redactor(caller, redaction, redaction_secret_key)
+    redactor = ctx.redactor(caller, redaction, redaction_secret_key)
     sources, documents = check_id_list(source_ids, "source_ids"), check_document_ids(document_ids)
     if compress_to_tokens is not None:
         check_int_range(compress_to_tokens, "compress_to_tokens", 1, MAX_COMPRESS_TOKENS)
@@ -84,7 +84,7 @@ async def search(
         scope = ReadScope(caller, sources, documents, as_of=revision)
         return await run_search(
             ctx.retriever,
-            red,
+            redactor,
             query,
             scope,
             top_k=top_k,

@@ -111,7 +111,7 @@ async def visible_documents(conn: AsyncConnection, document_ids: Sequence[str], 
 
 
 async def renew_leases(conn: AsyncConnection, document_ids: Sequence[str], holder: str, seconds: float) -> set[str]:
-    """:func:`renew_lease` for many documents; answers those still the run's."""
+    """Extend the run's lease on each document; answers those still the run's (the others were taken over)."""
     rows = await conn.execute(
         text(
             f"UPDATE ce_documents SET lease_until = {_LEASE_UNTIL} WHERE id = ANY(CAST(:ids AS uuid[])) "
@@ -136,7 +136,8 @@ async def set_progress_many(conn: AsyncConnection, progress: dict[str, dict[str,
 
 
 async def finish_many(conn: AsyncConnection, progress: dict[str, dict[str, int]], holder: str) -> set[str]:
-    """:func:`finish_embedding` for many documents in one statement; answers those it finished."""
+    """The last vectors are stored: each document is complete, any earlier failure is cleared and the
+    run's lease let go, in one statement. Answers those it finished (the others are no longer the run's)."""
     if not progress:
         return set()
     rows = await conn.execute(
@@ -173,18 +174,6 @@ async def fail_many(
             "e": error,
         },
     )
-
-
-async def renew_lease(conn: AsyncConnection, document_id: str, holder: str, seconds: float) -> bool:
-    """Extend the run's lease; False when the document is no longer this run's (taken over)."""
-    found = await conn.scalar(
-        text(
-            f"UPDATE ce_documents SET lease_until = {_LEASE_UNTIL} "
-            "WHERE id = CAST(:d AS uuid) AND lease_holder = CAST(:h AS uuid) RETURNING 1"
-        ),
-        {"d": document_id, "h": holder, "t": seconds},
-    )
-    return found is not None
 
 
 async def claim_document(conn: AsyncConnection, document_id: str, holder: str, seconds: float) -> int | None:
@@ -274,21 +263,6 @@ async def set_embedding_progress(conn: AsyncConnection, document_id: str, progre
         ),
         {"p": json.dumps(progress), "d": document_id},
     )
-
-
-async def finish_embedding(conn: AsyncConnection, document_id: str, progress: dict[str, int], holder: str) -> bool:
-    """The last vector is stored: the document is complete, any earlier failure is cleared and the
-    run's lease is let go. False (nothing changed) when the document is no longer this run's."""
-    found = await conn.scalar(
-        text(
-            "UPDATE ce_documents SET status = 'completed', failure_reason = NULL, error = NULL, "
-            "lease_holder = NULL, lease_until = NULL, "
-            "meta = jsonb_set(meta, '{embedding_progress}', CAST(:p AS jsonb)), updated_at = now() "
-            "WHERE id = CAST(:d AS uuid) AND lease_holder = CAST(:h AS uuid) RETURNING 1"
-        ),
-        {"p": json.dumps(progress), "d": document_id, "h": holder},
-    )
-    return found is not None
 
 
 async def mark_embedding_failed(

@@ -307,6 +307,22 @@ def fake_openai_embeddings(dim: int, *, reverse: bool = False) -> Handler:
     return handler
 
 
+def fake_embedding(server: FakeHTTPServer, dim: int, **overrides: Any) -> dict[str, Any]:
+    """The ``embedding`` config of a custom (OpenAI-compatible) provider served by ``server`` at
+    ``/v1`` (route ``/v1/embeddings`` to :func:`fake_openai_embeddings`); no retries, so a scripted
+    failure is seen at once. ``overrides`` set or replace any field."""
+    settings: dict[str, Any] = {
+        "provider": "custom",
+        "base_url": server.url("/v1"),
+        "model": "fake-embed",
+        "dim": dim,
+        "api_key": "test-key",
+        "max_retries": 0,
+    }
+    settings.update(overrides)
+    return settings
+
+
 @pytest.fixture
 def fake_http_server() -> Iterator[FakeHTTPServer]:
     """A started ``FakeHTTPServer``, stopped after the test."""
