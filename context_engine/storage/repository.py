@@ -718,6 +718,32 @@ async def list_documents(
         return [dict(r) for r in (await conn.execute(text(sql), params)).mappings()]
 
 
+async def _lock_writable(
+    conn: AsyncConnection, document_id: str, scope: ReadScope, access: WriteAccess
+) -> dict[str, Any] | None:
+    """Lock the caller's visible document for a change; ``None`` when it is not visible, and
+    ``Forbidden`` (from ``access``) when it is visible but not the caller's to write."""
+    params: dict[str, Any] = {"id": document_id}
+    row = (
+        (
+            await conn.execute(
+                text(
+                    "SELECT d.id, d.source_id, d.name, d.version, d.acl FROM ce_documents d "
+                    f"WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)} FOR UPDATE"
+                ),
+                params,
+            )
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return None
+    found = dict(row)
+    access.check(target_of(found), scope.principals)
+    return found
+
+
 async def update_document(
     db: AsyncEngine,
     document_id: str,
@@ -735,23 +761,9 @@ async def update_document(
     read as of an earlier revision still applies the ACL of then.
     """
     async with db.begin() as conn:
-        params: dict[str, Any] = {"id": document_id}
-        current = (
-            (
-                await conn.execute(
-                    text(
-                        f"SELECT d.id, d.source_id, d.name, d.version, d.acl FROM ce_documents d "
-                        f"WHERE d.id = CAST(:id AS uuid) AND {_doc_scope(scope, params)} FOR UPDATE"
-                    ),
-                    params,
-                )
-            )
-            .mappings()
-            .first()
-        )
+        current = await _lock_writable(conn, document_id, scope, access)
         if current is None:
             return None
-        access.check(target_of(dict(current)), scope.principals)
         if (name is not None or acl is not None) and await layout.distributed(conn):
             await _claim_identity(conn, dict(current), name=name, acl=acl)
         revision = await next_revision(conn)
@@ -866,23 +878,8 @@ async def delete_document(db: AsyncEngine, document_id: str, scope: ReadScope, a
     """Remove from the next revision on; earlier revisions keep their versions and chunks.
     ``None`` when the caller may not see the document; ``Forbidden`` when it may see but not write it."""
     async with db.begin() as conn:
-        params: dict[str, Any] = {"id": document_id}
-        visible = (
-            (
-                await conn.execute(
-                    text(
-                        "SELECT d.id, d.source_id, d.name, d.acl FROM ce_documents d WHERE d.id = CAST(:id AS uuid) "
-                        f"AND {_doc_scope(scope, params)} FOR UPDATE"
-                    ),
-                    params,
-                )
-            )
-            .mappings()
-            .first()
-        )
-        if visible is None:
+        if await _lock_writable(conn, document_id, scope, access) is None:
             return None
-        access.check(target_of(dict(visible)), scope.principals)
         revision = await next_revision(conn)
         values = {"id": document_id, "r": revision}
         await bm25_stats.retract(conn, document_id)
