@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from context_engine.mcp.app import create_mcp_app
+        from context_engine.mcp.app import LOOPBACK_HOSTS, create_mcp_app
     except ImportError:
         print('error: serving MCP needs the mcp extra: pip install "pg-context-engine[mcp]"', file=sys.stderr)
         return 2
@@ -49,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_for(args.database_url)
     engine = ContextEngine(config)
-    from context_engine.mcp.app import LOOPBACK_HOSTS
 
     # every other Host header is refused (DNS rebinding); a server bound elsewhere names its hosts
     hosts = list(LOOPBACK_HOSTS) + list(args.allowed_host or [])

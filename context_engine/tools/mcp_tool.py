@@ -29,17 +29,23 @@ _OAUTH_KEYS = {"redirect_uri", "scope", "client_name"}
 E = TypeVar("E", bound=BaseException)
 
 
+def _http_url(value: Any) -> httpx.URL | None:
+    """``value`` as an absolute http(s) URL with a host, else ``None``."""
+    try:
+        parsed = httpx.URL(value) if isinstance(value, str) else None
+    except httpx.InvalidURL:
+        return None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        return None
+    return parsed
+
+
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
     """The argument schema of a valid mcp config; refuses anything it cannot run."""
     unknown = set(config) - _KEYS
     if unknown:
         raise ToolConfigInvalid(f"mcp tool config has unknown keys: {sorted(unknown)}")
-    url = config.get("url")
-    try:
-        parsed = httpx.URL(url) if isinstance(url, str) else None
-    except httpx.InvalidURL:
-        parsed = None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+    if _http_url(config.get("url")) is None:
         raise ToolConfigInvalid("mcp tool config needs the server's streamable HTTP url (http or https)")
     if not isinstance(config.get("tool"), str) or not config["tool"]:
         raise ToolConfigInvalid("mcp tool config needs 'tool', the name of the tool on the remote server")
@@ -61,12 +67,8 @@ def check_oauth_config(oauth: Any) -> None:
     unknown = set(oauth) - _OAUTH_KEYS
     if unknown:
         raise ToolConfigInvalid(f"mcp tool 'oauth' has unknown keys: {sorted(unknown)}")
-    redirect = oauth.get("redirect_uri")
-    try:
-        parsed = httpx.URL(redirect) if isinstance(redirect, str) else None
-    except httpx.InvalidURL:
-        parsed = None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host or parsed.fragment:
+    redirect = _http_url(oauth.get("redirect_uri"))
+    if redirect is None or redirect.fragment:
         raise ToolConfigInvalid(
             "mcp tool 'oauth.redirect_uri' must be the absolute http(s) URL of the host's OAuth callback"
         )
