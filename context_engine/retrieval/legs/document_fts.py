@@ -30,7 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.retrieval import lexical
 from context_engine.retrieval.bm25_gate import lexeme_query
-from context_engine.storage.predicates import ReadScope
+from context_engine.storage import layout
+from context_engine.storage.predicates import ReadScope, visibility
 
 if TYPE_CHECKING:
     from context_engine.config import ContextEngineConfig
@@ -72,6 +73,37 @@ _SQL = (
 )
 
 
+#: The same ranking for a current read, from the postings (migration 0020) instead of each chunk's
+#: ``tsvector``: a query term's frequency in a chunk and the chunk's group come from the postings'
+#: key, so only a chunk's document id is read from its row, and the statistics' slice is the visible
+#: groups (the chunk leg's: ACL and sources). The documents are ranked first and tested for a
+#: candidate chunk (the tsquery and the caller's pins) best first, so rows below the answer are never read.
+_POSTINGS_SQL = (
+    "WITH vis AS MATERIALIZED (SELECT g.group_id, g.tokens FROM ce_bm25_groups g WHERE {groups}), "
+    "q AS MATERIALIZED (SELECT {tsquery} AS q), "
+    # the statistics' slice: how many documents, how many tokens
+    "tot AS MATERIALIZED (SELECT (SELECT count(DISTINCT c.document_id) FROM ce_chunks c WHERE {stats})::float8 AS n, "
+    "(SELECT coalesce(sum(vis.tokens), 0) FROM vis)::float8 AS tokens), "
+    # every visible posting of a query term, with its chunk's document
+    "m AS MATERIALIZED (SELECT c.document_id, p.lexeme, p.tf FROM ce_bm25_postings p {join_vis}"
+    "JOIN ce_chunks c ON c.id = p.chunk_id WHERE p.lexeme = ANY(CAST(:dl_lex AS text[]))), "
+    "df AS (SELECT m.lexeme, count(DISTINCT m.document_id)::float8 AS df FROM m GROUP BY m.lexeme), "
+    "tf AS (SELECT m.document_id, m.lexeme, sum(m.tf)::float8 AS tf FROM m GROUP BY m.document_id, m.lexeme), "
+    "dl AS (SELECT c.document_id, sum(c.tsv_tokens)::float8 AS dl FROM ce_chunks c "
+    "WHERE c.document_id IN (SELECT DISTINCT m.document_id FROM m) AND {stats} GROUP BY c.document_id), "
+    "s AS (SELECT tf.document_id, sum(ln(1 + (tot.n - df.df + 0.5) / (df.df + 0.5)) * tf.tf * (:dl_k1 + 1) "
+    "/ (tf.tf + :dl_k1 * (1 - :dl_b + :dl_b * dl.dl / greatest(tot.tokens / greatest(tot.n, 1), 1)))) AS r "
+    "FROM tf JOIN df ON df.lexeme = tf.lexeme JOIN dl ON dl.document_id = tf.document_id CROSS JOIN tot "
+    "GROUP BY tf.document_id), "
+    "top AS MATERIALIZED (SELECT b.document_id, b.r FROM (SELECT s.document_id, s.r FROM s "
+    "ORDER BY s.r DESC, s.document_id OFFSET 0) b WHERE EXISTS (SELECT 1 FROM ce_chunks c "
+    "WHERE c.document_id = b.document_id AND c.tsv @@ (SELECT q.q FROM q) AND {cand}) "
+    "ORDER BY b.r DESC, b.document_id LIMIT :limit) "
+    "SELECT c.id, top.r FROM top JOIN ce_chunks c ON c.document_id = top.document_id WHERE {cand} "
+    "ORDER BY top.r DESC, top.document_id, c.id"
+)
+
+
 async def document_fts_leg(
     db: AsyncEngine,
     query: str,
@@ -83,12 +115,15 @@ async def document_fts_leg(
     stopwords: str | Sequence[str] | None = "english",
     k1: float = 1.2,
     b: float = 0.75,
+    postings: bool = True,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best documents by BM25 over their visible chunks, as ``(chunk_id, score)``:
     every visible chunk of each, with its document's score, best document first.
 
     Candidates are the documents with a chunk matching the query's tsquery (``match`` as for the
-    chunk leg, negated terms included); the positive lexemes are scored.
+    chunk leg, negated terms included); the positive lexemes are scored. A current read on a single
+    node is scored from the postings (``postings=False``: from each chunk's ``tsvector``, the same
+    answer); a past read, or a distributed schema, from the chunks' ``tsvector``.
     """
     params: dict[str, Any] = {"lx_cfg": config, "limit": limit, "dl_k1": float(k1), "dl_b": float(b)}
     tsq = lexical.tsquery_sql(query, match=match, params=params, stopwords=stopwords)
@@ -100,12 +135,19 @@ async def document_fts_leg(
         if not lexemes:
             return []
         params["dl_lex"] = lexemes
-        params["dl_any"] = " | ".join(lexeme_query(x) for x in lexemes)
-        statement = _SQL.format(
-            tsquery=tsq,
-            stats=statistics_scope(scope).predicate("c", params),
-            cand=scope.predicate("c", params),
-        )
+        stats = statistics_scope(scope)
+        if postings and scope.as_of is None and not await layout.distributed(conn):
+            groups = visibility("g", params, principals=stats.principals, source_ids=stats.source_ids)
+            statement = _POSTINGS_SQL.format(
+                groups=groups,
+                join_vis="" if groups == "TRUE" else "JOIN vis ON vis.group_id = p.group_id ",
+                tsquery=tsq,
+                stats=stats.predicate("c", params),
+                cand=scope.predicate("c", params),
+            )
+        else:
+            params["dl_any"] = " | ".join(lexeme_query(x) for x in lexemes)
+            statement = _SQL.format(tsquery=tsq, stats=stats.predicate("c", params), cand=scope.predicate("c", params))
         rows = (await conn.execute(text(statement), params)).all()
     return [(int(r[0]), float(r[1])) for r in rows]
 
