@@ -84,20 +84,22 @@ _POSTINGS_SQL = (
     # the statistics' slice: how many documents, how many tokens
     "tot AS MATERIALIZED (SELECT (SELECT count(DISTINCT c.document_id) FROM ce_chunks c WHERE {stats})::float8 AS n, "
     "(SELECT coalesce(sum(vis.tokens), 0) FROM vis)::float8 AS tokens), "
-    # every visible posting of a query term, with its chunk's document
-    "m AS MATERIALIZED (SELECT c.document_id, p.lexeme, p.tf FROM ce_bm25_postings p {join_vis}"
-    "JOIN ce_chunks c ON c.id = p.chunk_id WHERE p.lexeme = ANY(CAST(:dl_lex AS text[]))), "
+    # every visible posting of a query term, with its chunk's document (one key lookup per posting)
+    "m AS MATERIALIZED (SELECT (SELECT c.document_id FROM ce_chunks c WHERE c.id = p.chunk_id) AS document_id, "
+    "p.lexeme, p.tf FROM ce_bm25_postings p {join_vis}WHERE p.lexeme = ANY(CAST(:dl_lex AS text[]))), "
     "df AS (SELECT m.lexeme, count(DISTINCT m.document_id)::float8 AS df FROM m GROUP BY m.lexeme), "
     "tf AS (SELECT m.document_id, m.lexeme, sum(m.tf)::float8 AS tf FROM m GROUP BY m.document_id, m.lexeme), "
-    "dl AS (SELECT c.document_id, sum(c.tsv_tokens)::float8 AS dl FROM ce_chunks c "
-    "WHERE c.document_id IN (SELECT DISTINCT m.document_id FROM m) AND {stats} GROUP BY c.document_id), "
+    # each scored document's length: its visible chunks, read through the document's index
+    "dl AS (SELECT x.document_id, (SELECT sum(c.tsv_tokens) FROM ce_chunks c WHERE c.document_id = x.document_id "
+    "AND {stats})::float8 AS dl FROM (SELECT DISTINCT m.document_id FROM m) x), "
     "s AS (SELECT tf.document_id, sum(ln(1 + (tot.n - df.df + 0.5) / (df.df + 0.5)) * tf.tf * (:dl_k1 + 1) "
     "/ (tf.tf + :dl_k1 * (1 - :dl_b + :dl_b * dl.dl / greatest(tot.tokens / greatest(tot.n, 1), 1)))) AS r "
     "FROM tf JOIN df ON df.lexeme = tf.lexeme JOIN dl ON dl.document_id = tf.document_id CROSS JOIN tot "
     "GROUP BY tf.document_id), "
+    # best first, each tested for a candidate chunk until ``limit`` pass (OFFSET 0 keeps the test above the sort)
     "top AS MATERIALIZED (SELECT b.document_id, b.r FROM (SELECT s.document_id, s.r FROM s "
-    "ORDER BY s.r DESC, s.document_id OFFSET 0) b WHERE EXISTS (SELECT 1 FROM ce_chunks c "
-    "WHERE c.document_id = b.document_id AND c.tsv @@ (SELECT q.q FROM q) AND {cand}) "
+    "ORDER BY s.r DESC, s.document_id OFFSET 0) b WHERE (SELECT TRUE FROM ce_chunks c "
+    "WHERE c.document_id = b.document_id AND c.tsv @@ (SELECT q.q FROM q) AND {cand} LIMIT 1) "
     "ORDER BY b.r DESC, b.document_id LIMIT :limit) "
     "SELECT c.id, top.r FROM top JOIN ce_chunks c ON c.document_id = top.document_id WHERE {cand} "
     "ORDER BY top.r DESC, top.document_id, c.id"
