@@ -14,9 +14,11 @@ A document's score is handed to fusion on every chunk of it the caller may read,
 the other legs rank (the vector leg's nearest, the chunk leg's best) carries the document's
 evidence; fusion takes a document's tied chunks as one rank (:mod:`context_engine.retrieval.fusion`).
 
-Cost: one statement, no kept statistics. It reads every candidate chunk's query terms (as the chunk
-leg's full pass does) and counts the visible documents, so it is not pruned; see benchmarks/README.md
-("Retrieval quality") for what it costs and what it buys.
+Cost: one statement, no statistics of its own. A current read takes the query terms' frequencies
+from the BM25 postings (migration 0020), but still reads each posting's chunk row for its document,
+each scored document's chunk rows for its length, and every visible chunk to count the documents,
+so it is not pruned and costs several times the chunk leg; see benchmarks/README.md ("Retrieval
+quality") for what it costs, what it buys, and what would make it cheap.
 """
 
 from __future__ import annotations
@@ -158,9 +160,9 @@ class DocumentFullTextLeg:
     """``document_fts``: whole-document BM25 under ``search.lexical_*`` and ``search.bm25``."""
 
     name = "document_fts"
-    #: off by default: it lifted SciFact nDCG@10 on both halves of the test queries (0.727 -> 0.737
-    #: with every leg at 1) but adds about 50 ms to a default search on two busy cores, since it is
-    #: not pruned (benchmarks/README.md, "Retrieval quality")
+    #: off by default: half A of SciFact's test queries chooses it (with the vector leg, 0.7263 on
+    #: half B against 0.7245 for the defaults; every leg at 1: 0.7373 on all 300) but it costs several
+    #: times the chunk leg per search, since it is not pruned (benchmarks/README.md, "Retrieval quality")
     default_weight = 0.0
     #: every chunk of a document carries the document's score (fusion ranks them as one)
     scores_documents = True
