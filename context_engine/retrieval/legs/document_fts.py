@@ -87,7 +87,8 @@ _POSTINGS_SQL = (
     "tot AS MATERIALIZED (SELECT (SELECT count(DISTINCT c.document_id) FROM ce_chunks c WHERE {stats})::float8 AS n, "
     "(SELECT coalesce(sum(vis.tokens), 0) FROM vis)::float8 AS tokens), "
     # every visible posting of a query term, with its chunk's document (one key lookup per posting)
-    "m AS MATERIALIZED (SELECT (SELECT c.document_id FROM ce_chunks c WHERE c.id = p.chunk_id) AS document_id, "
+    "m AS MATERIALIZED (SELECT (SELECT c.document_id FROM ce_chunks c WHERE c.id = p.chunk_id AND c.valid_to IS NULL) "
+    "AS document_id, "
     "p.lexeme, p.tf FROM ce_bm25_postings p {join_vis}WHERE p.lexeme = ANY(CAST(:dl_lex AS text[]))), "
     "df AS (SELECT m.lexeme, count(DISTINCT m.document_id)::float8 AS df FROM m GROUP BY m.lexeme), "
     "tf AS (SELECT m.document_id, m.lexeme, sum(m.tf)::float8 AS tf FROM m GROUP BY m.document_id, m.lexeme), "
