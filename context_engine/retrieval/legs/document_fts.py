@@ -15,10 +15,11 @@ the other legs rank (the vector leg's nearest, the chunk leg's best) carries the
 evidence; fusion takes a document's tied chunks as one rank (:mod:`context_engine.retrieval.fusion`).
 
 Cost: one statement, no statistics of its own. A current read takes the query terms' frequencies
-from the BM25 postings (migration 0020), but still reads each posting's chunk row for its document,
-each scored document's chunk rows for its length, and every visible chunk to count the documents,
-so it is not pruned and costs several times the chunk leg; see benchmarks/README.md ("Retrieval
-quality") for what it costs, what it buys, and what would make it cheap.
+from the BM25 postings (migration 0020) and each posting's document, each scored document's length
+and the count of visible documents from two narrow indexes over the current chunks (migration
+0027), reading no chunk row but the answer's. It is not pruned: every document holding a query term
+is scored before the best are known; see benchmarks/README.md ("Retrieval quality") for what it
+costs and what it buys.
 """
 
 from __future__ import annotations
@@ -162,8 +163,8 @@ class DocumentFullTextLeg:
 
     name = "document_fts"
     #: off by default: half A of SciFact's test queries chooses it (with the vector leg, 0.7263 on
-    #: half B against 0.7245 for the defaults; every leg at 1: 0.7373 on all 300) but it costs several
-    #: times the chunk leg per search, since it is not pruned (benchmarks/README.md, "Retrieval quality")
+    #: half B against 0.7245 for the defaults; every leg at 1: 0.7373 on all 300) but it is not pruned
+    #: and adds to every search (benchmarks/README.md, "Retrieval quality")
     default_weight = 0.0
     #: every chunk of a document carries the document's score (fusion ranks them as one)
     scores_documents = True
