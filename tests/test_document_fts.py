@@ -117,8 +117,11 @@ async def lexemes(engine: ContextEngine, query: str) -> list[str]:
     return list(found)
 
 
-async def leg(engine: ContextEngine, query: str, scope: ReadScope, limit: int = 10) -> list[tuple[int, float]]:
-    return await document_fts_leg(await engine.database(), query, scope, limit=limit, config="english", match="any")
+async def leg(
+    engine: ContextEngine, query: str, scope: ReadScope, limit: int = 10, *, postings: bool = True
+) -> list[tuple[int, float]]:
+    db = await engine.database()
+    return await document_fts_leg(db, query, scope, limit=limit, config="english", match="any", postings=postings)
 
 
 def assert_same(found: list[tuple[int, float]], expected: list[tuple[int, float]], *case: Any) -> None:
@@ -149,6 +152,8 @@ async def test_whole_document_bm25_matches_python_over_the_stored_chunks(databas
                 expected = reference(chunks, terms, query_terms, principals=principals)
                 assert expected
                 assert_same(await leg(engine, query, ReadScope(principals)), expected)
+                # scored from each chunk's tsvector instead of the postings: the same answer
+                assert_same(await leg(engine, query, ReadScope(principals), postings=False), expected)
             # a source filter scopes the statistics too
             in_a = [row for row in chunks if row[3] == "a"]
             assert_same(
@@ -217,6 +222,8 @@ async def test_a_past_revision_is_scored_as_it_was_under_todays_acl(database_url
                 assert_same(past, expected, query, principals)
                 now = reference(chunks, terms, query_terms, principals=principals)
                 assert_same(await leg(engine, query, ReadScope(principals)), now)
+                # the postings follow a new version, a delete and an ACL change as the chunks do
+                assert_same(await leg(engine, query, ReadScope(principals), postings=False), now)
             # the restricted document counts for nobody in group:x, not even in the past
             revoked = {row[0] for row in chunks if row[1] == ids[3]}
             assert not revoked & {cid for cid, _ in await leg(engine, query, ReadScope(("group:x",), as_of=then))}

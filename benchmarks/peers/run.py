@@ -21,7 +21,8 @@ model, and that time is in its latency. The queries are interleaved (for each qu
 rotating order), so load on the machine hits every system alike. Recall@100 counts distinct documents.
 
 The 300 test queries are also split into two fixed halves (even and odd positions in the qrels file):
-each half's nDCG@10 is reported, with a paired bootstrap interval of context-engine minus plain RRF.
+each half's nDCG@10 and P@1 (the first document judged relevant) is reported, with a paired bootstrap
+interval of context-engine minus plain RRF.
 """
 
 from __future__ import annotations
@@ -397,6 +398,11 @@ def mean_ndcg(rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]], 
     return statistics.fmean(ndcg_at_k(rankings.get(q, []), qrels[q], 10) for q in qids)
 
 
+def precision_at_1(rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]], qids: Sequence[str]) -> float:
+    """The share of queries whose first document is judged relevant."""
+    return statistics.fmean(float(bool(rankings.get(q)) and qrels[q].get(rankings[q][0], 0) > 0) for q in qids)
+
+
 def paired_bootstrap(
     a: dict[str, list[str]], b: dict[str, list[str]], qrels: dict[str, dict[str, int]], qids: Sequence[str]
 ) -> tuple[float, float, float]:
@@ -503,8 +509,11 @@ async def main(args: argparse.Namespace) -> None:
     qrels = {q: dataset.qrels[q] for q in qids}
     first, second = halves(qids)
     print(f"\n{dataset.name}, {len(ids)} documents, {len(qids)} test queries; load at the end {load_average()}\n")
-    print("| system | nDCG@10 | half A | half B | R@100 (documents) | p50 ms | p95 ms | build s | data on disk |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| system | nDCG@10 | half A | half B | P@1 | half A | half B | R@100 (documents) | p50 ms | p95 ms "
+        "| build s | data on disk |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for system in systems:
         print(_row(system.name, system.rankings, qrels, qids, first, second, system))
     print(_row(f"plain RRF of bm25s + exact dense (k {RRF_K})", rrf, qrels, qids, first, second, None))
@@ -539,6 +548,7 @@ def _row(
         f"{ndcg:.3f}",
         f"{mean_ndcg(rankings, qrels, first):.3f}",
         f"{mean_ndcg(rankings, qrels, second):.3f}",
+        *(f"{precision_at_1(rankings, qrels, part):.3f}" for part in (qids, first, second)),
         f"{recall:.3f}",
     ]
     if system is not None and system.latencies:

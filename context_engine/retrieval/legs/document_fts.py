@@ -14,9 +14,12 @@ A document's score is handed to fusion on every chunk of it the caller may read,
 the other legs rank (the vector leg's nearest, the chunk leg's best) carries the document's
 evidence; fusion takes a document's tied chunks as one rank (:mod:`context_engine.retrieval.fusion`).
 
-Cost: one statement, no kept statistics. It reads every candidate chunk's query terms (as the chunk
-leg's full pass does) and counts the visible documents, so it is not pruned; see benchmarks/README.md
-("Retrieval quality") for what it costs and what it buys.
+Cost: one statement, no statistics of its own. A current read takes the query terms' frequencies
+from the BM25 postings (migration 0020) and each posting's document, each scored document's length
+and the count of visible documents from two narrow indexes over the current chunks (migration
+0027), reading no chunk row but the answer's. It is not pruned: every document holding a query term
+is scored before the best are known; see benchmarks/README.md ("Retrieval quality") for what it
+costs and what it buys.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.retrieval import lexical
 from context_engine.retrieval.bm25_gate import lexeme_query
-from context_engine.storage.predicates import ReadScope
+from context_engine.storage import layout
+from context_engine.storage.predicates import ReadScope, visibility
 
 if TYPE_CHECKING:
     from context_engine.config import ContextEngineConfig
@@ -72,6 +76,40 @@ _SQL = (
 )
 
 
+#: The same ranking for a current read, from the postings (migration 0020) instead of each chunk's
+#: ``tsvector``: a query term's frequency in a chunk and the chunk's group come from the postings'
+#: key, so only a chunk's document id is read from its row, and the statistics' slice is the visible
+#: groups (the chunk leg's: ACL and sources). The documents are ranked first and tested for a
+#: candidate chunk (the tsquery and the caller's pins) best first, so rows below the answer are never read.
+_POSTINGS_SQL = (
+    "WITH vis AS MATERIALIZED (SELECT g.group_id, g.tokens FROM ce_bm25_groups g WHERE {groups}), "
+    "q AS MATERIALIZED (SELECT {tsquery} AS q), "
+    # the statistics' slice: how many documents, how many tokens
+    "tot AS MATERIALIZED (SELECT (SELECT count(DISTINCT c.document_id) FROM ce_chunks c WHERE {stats})::float8 AS n, "
+    "(SELECT coalesce(sum(vis.tokens), 0) FROM vis)::float8 AS tokens), "
+    # every visible posting of a query term, with its chunk's document (one key lookup per posting)
+    "m AS MATERIALIZED (SELECT (SELECT c.document_id FROM ce_chunks c WHERE c.id = p.chunk_id AND c.valid_to IS NULL) "
+    "AS document_id, "
+    "p.lexeme, p.tf FROM ce_bm25_postings p {join_vis}WHERE p.lexeme = ANY(CAST(:dl_lex AS text[]))), "
+    "df AS (SELECT m.lexeme, count(DISTINCT m.document_id)::float8 AS df FROM m GROUP BY m.lexeme), "
+    "tf AS (SELECT m.document_id, m.lexeme, sum(m.tf)::float8 AS tf FROM m GROUP BY m.document_id, m.lexeme), "
+    # each scored document's length: its visible chunks, read through the document's index
+    "dl AS (SELECT x.document_id, (SELECT sum(c.tsv_tokens) FROM ce_chunks c WHERE c.document_id = x.document_id "
+    "AND {stats})::float8 AS dl FROM (SELECT DISTINCT m.document_id FROM m) x), "
+    "s AS (SELECT tf.document_id, sum(ln(1 + (tot.n - df.df + 0.5) / (df.df + 0.5)) * tf.tf * (:dl_k1 + 1) "
+    "/ (tf.tf + :dl_k1 * (1 - :dl_b + :dl_b * dl.dl / greatest(tot.tokens / greatest(tot.n, 1), 1)))) AS r "
+    "FROM tf JOIN df ON df.lexeme = tf.lexeme JOIN dl ON dl.document_id = tf.document_id CROSS JOIN tot "
+    "GROUP BY tf.document_id), "
+    # best first, each tested for a candidate chunk until ``limit`` pass (OFFSET 0 keeps the test above the sort)
+    "top AS MATERIALIZED (SELECT b.document_id, b.r FROM (SELECT s.document_id, s.r FROM s "
+    "ORDER BY s.r DESC, s.document_id OFFSET 0) b WHERE (SELECT TRUE FROM ce_chunks c "
+    "WHERE c.document_id = b.document_id AND c.tsv @@ (SELECT q.q FROM q) AND {cand} LIMIT 1) "
+    "ORDER BY b.r DESC, b.document_id LIMIT :limit) "
+    "SELECT c.id, top.r FROM top JOIN ce_chunks c ON c.document_id = top.document_id WHERE {cand} "
+    "ORDER BY top.r DESC, top.document_id, c.id"
+)
+
+
 async def document_fts_leg(
     db: AsyncEngine,
     query: str,
@@ -83,12 +121,15 @@ async def document_fts_leg(
     stopwords: str | Sequence[str] | None = "english",
     k1: float = 1.2,
     b: float = 0.75,
+    postings: bool = True,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best documents by BM25 over their visible chunks, as ``(chunk_id, score)``:
     every visible chunk of each, with its document's score, best document first.
 
     Candidates are the documents with a chunk matching the query's tsquery (``match`` as for the
-    chunk leg, negated terms included); the positive lexemes are scored.
+    chunk leg, negated terms included); the positive lexemes are scored. A current read on a single
+    node is scored from the postings (``postings=False``: from each chunk's ``tsvector``, the same
+    answer); a past read, or a distributed schema, from the chunks' ``tsvector``.
     """
     params: dict[str, Any] = {"lx_cfg": config, "limit": limit, "dl_k1": float(k1), "dl_b": float(b)}
     tsq = lexical.tsquery_sql(query, match=match, params=params, stopwords=stopwords)
@@ -100,12 +141,19 @@ async def document_fts_leg(
         if not lexemes:
             return []
         params["dl_lex"] = lexemes
-        params["dl_any"] = " | ".join(lexeme_query(x) for x in lexemes)
-        statement = _SQL.format(
-            tsquery=tsq,
-            stats=statistics_scope(scope).predicate("c", params),
-            cand=scope.predicate("c", params),
-        )
+        stats = statistics_scope(scope)
+        if postings and scope.as_of is None and not await layout.distributed(conn):
+            groups = visibility("g", params, principals=stats.principals, source_ids=stats.source_ids)
+            statement = _POSTINGS_SQL.format(
+                groups=groups,
+                join_vis="" if groups == "TRUE" else "JOIN vis ON vis.group_id = p.group_id ",
+                tsquery=tsq,
+                stats=stats.predicate("c", params),
+                cand=scope.predicate("c", params),
+            )
+        else:
+            params["dl_any"] = " | ".join(lexeme_query(x) for x in lexemes)
+            statement = _SQL.format(tsquery=tsq, stats=stats.predicate("c", params), cand=scope.predicate("c", params))
         rows = (await conn.execute(text(statement), params)).all()
     return [(int(r[0]), float(r[1])) for r in rows]
 
@@ -114,9 +162,9 @@ class DocumentFullTextLeg:
     """``document_fts``: whole-document BM25 under ``search.lexical_*`` and ``search.bm25``."""
 
     name = "document_fts"
-    #: off by default: it lifted SciFact nDCG@10 on both halves of the test queries (0.727 -> 0.737
-    #: with every leg at 1) but adds about 50 ms to a default search on two busy cores, since it is
-    #: not pruned (benchmarks/README.md, "Retrieval quality")
+    #: off by default: half A of SciFact's test queries chooses it (with the vector leg, 0.7263 on
+    #: half B against 0.7245 for the defaults; every leg at 1: 0.7373 on all 300) but it is not pruned
+    #: and adds to every search (benchmarks/README.md, "Retrieval quality")
     default_weight = 0.0
     #: every chunk of a document carries the document's score (fusion ranks them as one)
     scores_documents = True
