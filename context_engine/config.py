@@ -270,6 +270,12 @@ class FusionConfig(BaseModel):
         """Whether the trigram leg runs (it is off unless weighted), and so whether migrating builds its index."""
         return self.weights.get("trigram", 0) > 0
 
+    @property
+    def document_fts_enabled(self) -> bool:
+        """Whether the document full-text leg runs (off unless weighted), and so whether migrating builds
+        its chunk indexes (migration 0027)."""
+        return self.weights.get("document_fts", 0) > 0
+
 
 class IngestConfig(BaseModel):
     """Intake caps and chunking."""

@@ -123,6 +123,7 @@ class Services:
                     announce=log.info,  # a library logs its index builds; the CLI prints them
                     trigram=self.config.fusion.trigram_enabled,
                     halfvec=self.config.storage.hnsw_halfvec,
+                    document_fts=self.config.fusion.document_fts_enabled,
                 )
                 self.text_search_config = report.text_search_config
             else:

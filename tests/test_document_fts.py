@@ -280,3 +280,26 @@ def test_the_leg_serves_the_search_route_of_every_adapter(pg_base_url: str, adap
             assert all("document_fts" in h["matched_by"] for h in hits)
             reply = send("POST", "/context/search", asked, {**headers, "X-Principals": "group:onc"})
             assert {h["document_name"] for h in reply.body["hits"]} == {"spread.md", "hidden.md"}
+
+
+def _document_leg_indexes() -> Any:
+    return text(
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'ce_chunks' "
+        "AND indexname IN ('ix_ce_chunks_id_document', 'ix_ce_chunks_document_length') ORDER BY indexname"
+    )
+
+
+async def test_its_chunk_indexes_are_built_only_for_a_store_that_runs_it(database_url: str) -> None:
+    """Migration 0027 is the leg's own: a store with the leg off keeps its chunk writes as cheap as before,
+    and weighting the leg builds the two indexes when the engine first reaches the database."""
+    async with ContextEngine(config(database_url), embedder=WordEmbedder()) as engine:
+        await engine.ingest(text=DOORS_TEXT["spread.md"], name="spread.md")
+        async with (await engine.services.database.engine()).connect() as conn:
+            assert (await conn.execute(_document_leg_indexes())).scalars().all() == []
+    weights = {"document_fts": 1.0}
+    async with ContextEngine(config(database_url, fusion={"weights": weights}), embedder=WordEmbedder()) as engine:
+        result = await engine.search("kinase tumour", principals=[], top_k=5)
+        assert {h.document_name for h in result.hits} == {"spread.md"}
+        async with (await engine.services.database.engine()).connect() as conn:
+            found = (await conn.execute(_document_leg_indexes())).scalars().all()
+    assert found == ["ix_ce_chunks_document_length", "ix_ce_chunks_id_document"]

@@ -46,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
         help="also build the trigram leg's index (done anyway when search.weights.trigram is above 0)",
     )
     mig.add_argument(
+        "--document-fts",
+        action="store_true",
+        help="also build the document full-text leg's chunk indexes (done anyway when its weight is above 0)",
+    )
+    mig.add_argument(
         "--citus",
         action="store_true",
         help="distribute the schema on a Citus coordinator (done anyway when the citus extension is "
@@ -201,6 +206,7 @@ async def _migrate(args: argparse.Namespace) -> int:
             graph=args.graph,
             trigram=args.trigram or config.fusion.trigram_enabled,
             halfvec=config.storage.hnsw_halfvec,
+            document_fts=args.document_fts or config.fusion.document_fts_enabled,
             citus=True if args.citus else None,
         )
     finally:

@@ -41,6 +41,7 @@ async def migrate_graph(ctx: EngineContext) -> list[str]:
         graph=True,
         trigram=ctx.config.fusion.trigram_enabled,
         halfvec=ctx.config.storage.hnsw_halfvec,
+        document_fts=ctx.config.fusion.document_fts_enabled,
     )
     names.forget(db)
     return report.applied

@@ -40,7 +40,12 @@ _LOCK_POLL_SECONDS = 0.2
 _TEXT_CONFIGS = {"english", "simple"}
 #: revisions applied only when asked for, by the name of the flag that asks (``migrate(graph=True)``,
 #: ``migrate(trigram=True)``); once applied they are repaired like any other
-OPTIONAL_REVISIONS = {"0011_graph": "graph", "0016_trigram_index": "trigram", "0026_hnsw_halfvec": "halfvec"}
+OPTIONAL_REVISIONS = {
+    "0011_graph": "graph",
+    "0016_trigram_index": "trigram",
+    "0026_hnsw_halfvec": "halfvec",
+    "0027_document_fts_indexes": "document_fts",
+}
 #: optional revisions that a run not asking for them undoes once applied, with the file in ``undo/``
 #: of the same name (a setting that chooses between two schemas, not one that only adds to it)
 UNDO_DIR = "undo"
@@ -117,13 +122,16 @@ async def migrate(
     graph: bool = False,
     trigram: bool = False,
     halfvec: bool = False,
+    document_fts: bool = False,
     citus: bool | None = None,
 ) -> MigrationReport:
     """Bring the schema up to date; refuse a ``dim`` other than the one locked on first run.
 
     ``announce`` receives one line per index built (default: stderr). ``graph=True`` also applies
     the graph tables and ``trigram=True`` the trigram leg's index (:data:`OPTIONAL_REVISIONS`), which
-    a plain run leaves out. ``halfvec=True`` replaces the float4 HNSW index by one over
+    a plain run leaves out; ``document_fts=True`` the document full-text leg's two chunk indexes
+    (built only for that leg, so a store that does not run it keeps its writes as cheap).
+    ``halfvec=True`` replaces the float4 HNSW index by one over
     ``embedding::halfvec``; a run without it undoes that (:data:`REVERSIBLE`), so the index always
     matches ``storage.hnsw_halfvec``.
 
@@ -131,7 +139,7 @@ async def migrate(
     database; ``citus=True`` refuses a database without it) the files of ``migrations/citus/``
     follow the numbered ones and distribute the schema (docs/scaling.md).
     """
-    flags = (("graph", graph), ("trigram", trigram), ("halfvec", halfvec))
+    flags = (("graph", graph), ("trigram", trigram), ("halfvec", halfvec), ("document_fts", document_fts))
     requested = {name for name, asked in flags if asked}
     if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= 16000:
         raise ConfigError(f"--dim must be an integer between 1 and 16000, got {dim!r}")

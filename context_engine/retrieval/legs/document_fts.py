@@ -17,7 +17,8 @@ evidence; fusion takes a document's tied chunks as one rank (:mod:`context_engin
 Cost: one statement, no statistics of its own. A current read takes the query terms' frequencies
 from the BM25 postings (migration 0020) and each posting's document, each scored document's length
 and the count of visible documents from two narrow indexes over the current chunks (migration
-0027), reading no chunk row but the answer's. It is not pruned: every document holding a query term
+0027, applied only for a store that weights this leg; without them the same statement reads chunk
+rows instead), reading no chunk row but the answer's. It is not pruned: every document holding a query term
 is scored before the best are known; see benchmarks/README.md ("Retrieval quality") for what it
 costs and what it buys.
 """
