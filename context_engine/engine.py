@@ -41,7 +41,7 @@ from context_engine.principals import TRUSTED, Principals
 from context_engine.redaction import RedactionPolicy
 from context_engine.redaction.apply import Redactor
 from context_engine.revisions.models import DocumentVersion, VacuumReport
-from context_engine.services import Consistency, HttpClientFactory, Services
+from context_engine.services import Consistency, HttpClientFactory, Services, Shared
 from context_engine.write_access import WritePolicy
 
 
@@ -104,32 +104,16 @@ class ContextEngine:
         await self._ctx.oauth_flows.aclose()
         await self.services.aclose()
 
-    @property
-    def config(self) -> ContextEngineConfig:
-        """The settings every pipeline reads on each call (replacing them takes effect on the next call)."""
-        return self.services.config
-
-    @config.setter
-    def config(self, value: ContextEngineConfig) -> None:
-        self.services.config = value
-
-    @property
-    def hooks(self) -> Hooks:
-        """The host's hooks (progress, usage, errors, tool calls), shared by every pipeline."""
-        return self.services.hooks
-
-    @hooks.setter
-    def hooks(self, value: Hooks) -> None:
-        self.services.hooks = value
-
-    @property
-    def embedder(self) -> Embedder:
-        return self.services.embedder
-
-    @property
-    def text_search_config(self) -> str:
-        """The text-search configuration the schema was migrated with (the configured one until first use)."""
-        return self.services.text_search_config
+    config = Shared[ContextEngineConfig](
+        "The settings every pipeline reads on each call (replacing them takes effect on the next call).",
+        writable=True,
+    )
+    hooks = Shared[Hooks]("The host's hooks (progress, usage, errors, tool calls), shared by every pipeline.",
+                          writable=True)  # fmt: skip
+    embedder = Shared[Embedder]("The embedder every pipeline embeds with (the host's, or the one configured).")
+    text_search_config = Shared[str](
+        "The text-search configuration the schema was migrated with (the configured one until first use)."
+    )
 
     async def _ready(self) -> AsyncEngine:
         """The pool for the running loop; migrates (or checks) the schema once per engine."""

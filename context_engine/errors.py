@@ -26,6 +26,16 @@ class ContextEngineError(Exception):
         self.details = details or {}
 
 
+class FixedMessageError(ContextEngineError):
+    """A refusal that always says the same sentence, its class's ``fixed_message``: raised with no
+    arguments, so every place that raises it reads alike."""
+
+    fixed_message: str = ""
+
+    def __init__(self) -> None:
+        super().__init__(self.fixed_message)
+
+
 class ConfigError(ContextEngineError):
     code = "config_error"
     status = 500

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar, overload
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -248,3 +248,37 @@ async def _require_revision(db: AsyncEngine, revision: int, trusted: bool = True
         raise InvalidRequest("min_revision is not a revision handle of this store (pass one a response gave you)")
     if revision > current:
         raise InvalidRequest(f"min_revision {revision} is beyond the current revision {current}")
+
+
+class Shared(Generic[T]):
+    """An attribute of a front object (the engine, a view's context) that is its ``services``' own of
+    the same name: read there on every access, so no copy can go stale when one is replaced.
+    ``writable`` lets an assignment replace it on the services; otherwise assigning is refused."""
+
+    def __init__(self, doc: str | None = None, *, writable: bool = False):
+        self.__doc__ = doc
+        self.writable = writable
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> Shared[T]: ...
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> T: ...
+    def __get__(self, obj: object | None, objtype: type | None = None) -> Shared[T] | T:
+        if obj is None:
+            return self
+        value: T = getattr(_services_of(obj), self.name)
+        return value
+
+    def __set__(self, obj: object, value: T) -> None:
+        if not self.writable:
+            raise AttributeError(f"{self.name!r} is read from the services and cannot be set here")
+        setattr(_services_of(obj), self.name, value)
+
+
+def _services_of(obj: object) -> Services:
+    services: Services = getattr(obj, "services")  # noqa: B009 - the owner's attribute, typed here
+    return services

@@ -17,10 +17,11 @@ from typing import NamedTuple
 import psycopg
 import pytest
 from psycopg import sql
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine import ContextEngine, ContextEngineConfig
 from context_engine.storage import embedded
-from context_engine.storage.database import Database
+from context_engine.storage.database import Database, to_driver_url
 from context_engine.storage.migrate import migrate
 
 # A shell without job control starts a background job (`make test &`, a second copy of the suite)
@@ -200,6 +201,16 @@ def make_config(database_url: str, **overrides: object) -> ContextEngineConfig:
     data: dict[str, object] = {"database_url": database_url, "storage": {"auto_migrate": True}}
     data.update(overrides)
     return ContextEngineConfig(**data)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def own_pool(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """A pool of the test's own on its database, for calls below the engine (a leg, a migration, an oracle)."""
+    db = create_async_engine(to_driver_url(database_url), pool_size=2)
+    try:
+        yield db
+    finally:
+        await db.dispose()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import numpy as np
 import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine import TRUSTED, ContextEngine
 from context_engine.retrieval import planner
@@ -26,7 +26,6 @@ from context_engine.retrieval.legs import vector_leg
 from context_engine.retrieval.planner import VectorPlan, plan_vector
 from context_engine.revisions.handles import chunks_for_db
 from context_engine.storage import layout
-from context_engine.storage.database import to_driver_url
 from context_engine.storage.migrate import _split, citus_files, migrations_dir
 from context_engine.storage.predicates import ReadScope
 from context_engine.storage.vectors import vector_literal
@@ -109,16 +108,6 @@ async def direct_count(db: AsyncEngine, scope: ReadScope) -> int:
 
 
 @pytest.fixture
-async def sql(database_url: str) -> AsyncIterator[AsyncEngine]:
-    """A pool of our own on the test database, for the leg-level calls and the oracle."""
-    db = create_async_engine(to_driver_url(database_url), pool_size=2)
-    try:
-        yield db
-    finally:
-        await db.dispose()
-
-
-@pytest.fixture
 async def clustered(database_url: str) -> AsyncIterator[tuple[ContextEngine, list[float]]]:
     """A vector-only engine over the clustered corpus, and the embedding of ``QUERY``."""
     async with ContextEngine(make_config(database_url, fusion=VECTOR_ONLY)) as eng:
@@ -151,19 +140,19 @@ async def stored_ids(eng: ContextEngine, hits: Sequence[Any]) -> list[int | None
 
 
 async def test_engine_returns_the_oracle_rows_where_a_post_filter_comes_back_short(
-    clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
+    clustered: tuple[ContextEngine, list[float]], own_pool: AsyncEngine
 ) -> None:
     eng, vector = clustered
     scope = ReadScope((FAR,))
     bare = VectorPlan(planner.ANN, None, settings=planner.index_settings(40, "off"), allow_fallback=False)
-    post_filtered = await vector_leg(sql, vector, scope, limit=10, plan=bare)
-    truth = await oracle(sql, vector, scope, 10)
+    post_filtered = await vector_leg(own_pool, vector, scope, limit=10, plan=bare)
+    truth = await oracle(own_pool, vector, scope, 10)
     assert len(truth) == 10
-    if await far_rows_share_a_shard(sql):
+    if await far_rows_share_a_shard(own_pool):
         assert len(post_filtered) < 10  # the failure: the index walk never reaches the caller's rows
     else:  # a shard holding only the caller's rows walks its own index over them: not short
         assert len(post_filtered) == 10 and {cid for cid, _ in post_filtered} <= set(
-            await oracle(sql, vector, scope, 24)
+            await oracle(own_pool, vector, scope, 24)
         )
     result = await eng.search(QUERY, principals=[FAR], top_k=10, explain=True)
     assert await stored_ids(eng, result.hits) == truth
@@ -174,7 +163,7 @@ async def test_engine_returns_the_oracle_rows_where_a_post_filter_comes_back_sho
 
 
 async def test_above_the_threshold_the_forced_iterative_index_scan_still_returns_the_oracle_rows(
-    database_url: str, clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
+    database_url: str, clustered: tuple[ContextEngine, list[float]], own_pool: AsyncEngine
 ) -> None:
     _, vector = clustered
     storage = {"auto_migrate": True, "ann_exact_threshold": 5}
@@ -182,7 +171,7 @@ async def test_above_the_threshold_the_forced_iterative_index_scan_still_returns
     async with ContextEngine(make_config(database_url, fusion=VECTOR_ONLY, storage=storage)) as eng:
         result = await eng.search(QUERY, principals=[FAR], top_k=10, explain=True)
     assert result.usage["vector_plan"]["plan"] == "exact"
-    assert await stored_ids(eng, result.hits) == await oracle(sql, vector, ReadScope((FAR,)), 10)
+    assert await stored_ids(eng, result.hits) == await oracle(own_pool, vector, ReadScope((FAR,)), 10)
     # latency first: the iterative index scan, its budget raised above pgvector's default of 20,000 tuples
     config = make_config(database_url, fusion=VECTOR_ONLY, storage=storage | {"ann_priority": "latency"})
     async with ContextEngine(config) as eng:
@@ -190,24 +179,24 @@ async def test_above_the_threshold_the_forced_iterative_index_scan_still_returns
     plan = result.usage["vector_plan"]
     assert plan["plan"] == "ann" and plan["eligible_rows"] == 24
     assert plan["ef_search"] == planner.SPREAD_EF_SEARCH and plan["max_scan_tuples"] >= planner.DEFAULT_MAX_SCAN_TUPLES
-    assert await stored_ids(eng, result.hits) == await oracle(sql, vector, ReadScope((FAR,)), 10)
+    assert await stored_ids(eng, result.hits) == await oracle(own_pool, vector, ReadScope((FAR,)), 10)
 
 
 async def test_a_short_index_answer_falls_back_to_the_exact_scan(
-    clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
+    clustered: tuple[ContextEngine, list[float]], own_pool: AsyncEngine
 ) -> None:
     _, vector = clustered
     scope = ReadScope((FAR,))
     # the index alone (no iterative scan) comes back short; the estimate says 24 rows exist
     plan = VectorPlan(planner.ANN, 24, settings=planner.index_settings(40, "off"))
-    found = await vector_leg(sql, vector, scope, limit=10, plan=plan)
+    found = await vector_leg(own_pool, vector, scope, limit=10, plan=plan)
     # short only where the walk crosses the crowd's rows (see far_rows_share_a_shard): only then a fallback
-    assert plan.fallback is await far_rows_share_a_shard(sql)
-    assert [cid for cid, _ in found] == await oracle(sql, vector, scope, 10)
+    assert plan.fallback is await far_rows_share_a_shard(own_pool)
+    assert [cid for cid, _ in found] == await oracle(own_pool, vector, scope, 10)
 
 
 async def test_each_plan_is_forced_whatever_postgres_would_choose(
-    clustered: tuple[ContextEngine, list[float]], sql: AsyncEngine
+    clustered: tuple[ContextEngine, list[float]], own_pool: AsyncEngine
 ) -> None:
     _, vector = clustered
     params: dict[str, object] = {"qv": vector_literal(vector)}
@@ -215,7 +204,7 @@ async def test_each_plan_is_forced_whatever_postgres_would_choose(
     distance = "c.embedding <=> CAST(:qv AS vector)"
     ann = f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY {distance} LIMIT 10"
     exact = f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY ({distance}) + 0 LIMIT 10"
-    async with sql.begin() as conn:
+    async with own_pool.begin() as conn:
         distributed = await layout.distributed(conn)
         for name, value in planner.index_settings(40, "relaxed_order").items():
             if distributed:  # the shards plan the scan: only SET LOCAL reaches them, as the engine sends it
@@ -242,7 +231,7 @@ async def _explain(conn: AsyncConnection, statement: str, params: dict[str, obje
         return "\n".join(r[0] for r in await cur.fetchall())
 
 
-async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextEngine, sql: AsyncEngine) -> None:
+async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextEngine, own_pool: AsyncEngine) -> None:
     words = " ".join(f"word{i} about budgets and planning" for i in range(300))
     a = (await engine.ingest(text=words, name="a.md", acl=["group:a"], source_id="s1")).documents[0]
     b = (await engine.ingest(text="beta notes", name="b.md", acl=["group:a", "group:b"], source_id="s2")).documents[0]
@@ -254,18 +243,19 @@ async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextE
         for principals in callers:
             for sources in (None, ["s1"], ["s2"], ["s1", "s2"]):
                 scope = ReadScope(principals, sources)
-                async with sql.connect() as conn:
+                async with own_pool.connect() as conn:
                     estimate, total, unfiltered = await planner.count_estimate(conn, scope)
-                true = await direct_count(sql, scope)
-                assert total == await direct_count(sql, ReadScope(None))
+                true = await direct_count(own_pool, scope)
+                assert total == await direct_count(own_pool, ReadScope(None))
                 # some rows carry an ACL, so only a trusted caller whose sources hold every row is unfiltered
-                assert unfiltered == (principals is None and await direct_count(sql, ReadScope(None, sources)) == total)
+                trusted_whole = principals is None and await direct_count(own_pool, ReadScope(None, sources)) == total
+                assert unfiltered == trusted_whole
                 if principals is None or len(principals) <= 1:
                     assert estimate == true, (principals, sources)
                 else:  # a row carrying both principals is counted under each: an upper bound
-                    assert true <= estimate <= await direct_count(sql, ReadScope(None, sources))
+                    assert true <= estimate <= await direct_count(own_pool, ReadScope(None, sources))
         # migration 0007's vector sums follow the same writes (to float rounding)
-        async with sql.connect() as conn:
+        async with own_pool.connect() as conn:
             kept = _sums((await conn.execute(text(_KEPT_SUMS))).all())
             recounted = _sums((await conn.execute(text(_RECOUNTED_SUMS))).all())
         assert kept.keys() == recounted.keys()
@@ -286,7 +276,7 @@ async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextE
         "SELECT source_id, kind, principal, sum(chunks) FROM ce_vector_counts GROUP BY 1, 2, 3 "
         "HAVING sum(chunks) <> 0 ORDER BY 1, 2, 3"
     )
-    async with sql.begin() as conn:
+    async with own_pool.begin() as conn:
         before = (await conn.execute(text(counts))).all()
         before_sums = _sums((await conn.execute(text(_KEPT_SUMS))).all())
         if await layout.distributed(conn):
@@ -310,36 +300,36 @@ async def test_counts_follow_every_write_and_bound_the_estimate(engine: ContextE
     await check()
 
 
-async def test_small_corpora_and_pins(engine: ContextEngine, sql: AsyncEngine) -> None:
+async def test_small_corpora_and_pins(engine: ContextEngine, own_pool: AsyncEngine) -> None:
     doc = (await engine.ingest(text="planner notes " * 20, name="p.md", acl=["group:a"])).documents[0]
     result = await engine.search("planner notes", principals=TRUSTED)
     # a trusted caller over a corpus smaller than the threshold scans exactly as well
     assert result.usage["vector_plan"]["plan"] == "exact"
-    assert result.usage["vector_plan"]["eligible_rows"] == await direct_count(sql, ReadScope(None))
+    assert result.usage["vector_plan"]["eligible_rows"] == await direct_count(own_pool, ReadScope(None))
 
     # a trusted caller filters nothing: from unfiltered_min_rows rows it uses the index
-    trusted = await plan_vector(sql, ReadScope(None), threshold=10_000, unfiltered_min_rows=1)
+    trusted = await plan_vector(own_pool, ReadScope(None), threshold=10_000, unfiltered_min_rows=1)
     assert trusted.plan == "ann" and trusted.unfiltered and trusted.usage()["unfiltered"] is True
-    few = await plan_vector(sql, ReadScope(None), threshold=10_000, unfiltered_min_rows=trusted.eligible + 1)
+    few = await plan_vector(own_pool, ReadScope(None), threshold=10_000, unfiltered_min_rows=trusted.eligible + 1)
     assert few.plan == "exact" and few.unfiltered
-    scoped = await plan_vector(sql, ReadScope(("group:a",)), threshold=10_000, unfiltered_min_rows=1)
+    scoped = await plan_vector(own_pool, ReadScope(("group:a",)), threshold=10_000, unfiltered_min_rows=1)
     assert scoped.plan == "exact" and not scoped.unfiltered
     pinned = ReadScope(None, document_ids=[doc.document_id])
-    pin = await plan_vector(sql, pinned, threshold=10_000, unfiltered_min_rows=1)
+    pin = await plan_vector(own_pool, pinned, threshold=10_000, unfiltered_min_rows=1)
     assert pin.plan == "exact" and not pin.unfiltered
 
-    everyone = await plan_vector(sql, ReadScope(("group:a",)), threshold=0)
+    everyone = await plan_vector(own_pool, ReadScope(("group:a",)), threshold=0)
     assert everyone.plan == "probe" and everyone.method == "counts"
-    pinned = await plan_vector(sql, ReadScope(("group:a",), document_ids=[doc.document_id]), threshold=0)
+    pinned = await plan_vector(own_pool, ReadScope(("group:a",), document_ids=[doc.document_id]), threshold=0)
     assert pinned.method == "capped_count" and pinned.eligible == 1  # counted: capped at threshold + 1
-    nobody = await plan_vector(sql, ReadScope(("group:nobody",)), threshold=0)
+    nobody = await plan_vector(own_pool, ReadScope(("group:nobody",)), threshold=0)
     assert nobody.plan == "exact" and nobody.eligible == 0
 
-    async with sql.begin() as conn:  # a schema from before migration 0004
+    async with own_pool.begin() as conn:  # a schema from before migration 0004
         await conn.execute(text("DROP TABLE ce_vector_counts CASCADE"))
-    older = await plan_vector(sql, ReadScope(("group:a",)), threshold=100)
+    older = await plan_vector(own_pool, ReadScope(("group:a",)), threshold=100)
     assert older.method == "capped_count" and older.plan == "exact"
-    assert older.eligible == await direct_count(sql, ReadScope(("group:a",)))
+    assert older.eligible == await direct_count(own_pool, ReadScope(("group:a",)))
 
 
 def test_the_iterative_budget_grows_as_the_slice_shrinks() -> None:
@@ -360,7 +350,7 @@ def test_the_iterative_budget_grows_as_the_slice_shrinks() -> None:
 
 
 async def test_a_spread_slice_uses_the_index_and_a_regional_one_scans_exactly(
-    database_url: str, sql: AsyncEngine
+    database_url: str, own_pool: AsyncEngine
 ) -> None:
     """Two regions of 300 rows each; one caller sees every 6th row of both (spread like the corpus),
     another sees 100 rows of one region. Same size, same share: only the centroid tells them apart."""
@@ -389,8 +379,8 @@ async def test_a_spread_slice_uses_the_index_and_a_regional_one_scans_exactly(
                     [(doc, i, acl, f"h{i}", vector_literal(v.tolist())) for i, (acl, v) in enumerate(rows)],
                 )
         band = {"threshold": 10_000, "spread_min_share": 0.05, "spread_min_rows": 50}
-        spread = await plan_vector(sql, ReadScope(("group:spread",)), **band)
-        region = await plan_vector(sql, ReadScope(("group:region",)), **band)
+        spread = await plan_vector(own_pool, ReadScope(("group:spread",)), **band)
+        region = await plan_vector(own_pool, ReadScope(("group:region",)), **band)
         assert spread.eligible == region.eligible == 100
         assert spread.concentration is not None and spread.concentration <= planner.SPREAD_MAX_CONCENTRATION
         assert region.concentration is not None and region.concentration > 1.3
@@ -398,10 +388,10 @@ async def test_a_spread_slice_uses_the_index_and_a_regional_one_scans_exactly(
         assert spread.usage()["concentration"] == round(spread.concentration, 3)
         # the index answers the spread caller with the exact oracle's rows
         query = (a + b) / np.linalg.norm(a + b)
-        found = await vector_leg(sql, query.tolist(), ReadScope(("group:spread",)), limit=10, plan=spread)
-        assert [cid for cid, _ in found] == await oracle(sql, query.tolist(), ReadScope(("group:spread",)), 10)
+        found = await vector_leg(own_pool, query.tolist(), ReadScope(("group:spread",)), limit=10, plan=spread)
+        assert [cid for cid, _ in found] == await oracle(own_pool, query.tolist(), ReadScope(("group:spread",)), 10)
         # below the share, or with the band turned off, the threshold alone decides
         spread = ReadScope(("group:spread",))
-        assert (await plan_vector(sql, spread, **{**band, "spread_min_share": 0.5})).plan == "exact"
-        assert (await plan_vector(sql, spread, **{**band, "spread_min_share": None})).plan == "exact"
-        assert (await plan_vector(sql, ReadScope(None), **band)).concentration is None
+        assert (await plan_vector(own_pool, spread, **{**band, "spread_min_share": 0.5})).plan == "exact"
+        assert (await plan_vector(own_pool, spread, **{**band, "spread_min_share": None})).plan == "exact"
+        assert (await plan_vector(own_pool, ReadScope(None), **band)).concentration is None

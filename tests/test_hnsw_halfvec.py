@@ -7,20 +7,16 @@ expression (so the half-precision graph serves them) while the similarities it r
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import numpy as np
 import psycopg
-import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.retrieval import planner
 from context_engine.retrieval.legs import vector_leg
 from context_engine.retrieval.legs.vector import index_order
 from context_engine.retrieval.planner import VectorPlan
-from context_engine.storage.database import to_driver_url
 from context_engine.storage.migrate import migrate
 from context_engine.storage.predicates import ReadScope
 from context_engine.storage.vectors import vector_literal
@@ -53,44 +49,37 @@ def recorded(url: str) -> bool:
         return conn.execute("SELECT count(*) FROM ce_schema_migrations WHERE id = %s", (REVISION,)).fetchone() == (1,)
 
 
-@pytest.fixture
-async def sql(database_url: str) -> AsyncIterator[AsyncEngine]:
-    db = create_async_engine(to_driver_url(database_url), pool_size=2)
-    try:
-        yield db
-    finally:
-        await db.dispose()
-
-
 def test_the_setting_is_off_by_default() -> None:
     assert ContextEngineConfig().storage.hnsw_halfvec is False
 
 
-async def test_a_plain_migration_keeps_the_float4_index(sql: AsyncEngine, database_url: str) -> None:
-    report = await migrate(sql, dim=DIM)
+async def test_a_plain_migration_keeps_the_float4_index(own_pool: AsyncEngine, database_url: str) -> None:
+    report = await migrate(own_pool, dim=DIM)
     assert REVISION not in report.applied and not recorded(database_url)
     assert set(vector_indexes(database_url)) == {FULL}
 
 
-async def test_migrating_with_and_without_the_setting_swaps_the_index(sql: AsyncEngine, database_url: str) -> None:
-    await migrate(sql, dim=DIM)
+async def test_migrating_with_and_without_the_setting_swaps_the_index(
+    own_pool: AsyncEngine, database_url: str
+) -> None:
+    await migrate(own_pool, dim=DIM)
     insert_rows(database_url, np.ones(DIM).tolist(), crowd=200, far=10)  # rows for the builds to read
 
-    up = await migrate(sql, dim=DIM, halfvec=True)
+    up = await migrate(own_pool, dim=DIM, halfvec=True)
     found = vector_indexes(database_url)
     assert up.applied == [REVISION] and HALF in up.indexes_built and recorded(database_url)
     assert set(found) == {HALF}
     assert f"(embedding)::halfvec({DIM})" in found[HALF] and "halfvec_cosine_ops" in found[HALF]
-    again = await migrate(sql, dim=DIM, halfvec=True)
+    again = await migrate(own_pool, dim=DIM, halfvec=True)
     assert again.applied == [] and again.undone == [] and set(vector_indexes(database_url)) == {HALF}
 
-    down = await migrate(sql, dim=DIM)
+    down = await migrate(own_pool, dim=DIM)
     found = vector_indexes(database_url)
     assert down.undone == [REVISION] and down.applied == [] and not recorded(database_url)
     assert set(found) == {FULL}
     assert "vector_cosine_ops" in found[FULL] and "m='24'" in found[FULL] and "ef_construction='200'" in found[FULL]
 
-    back_up = await migrate(sql, dim=DIM, halfvec=True)
+    back_up = await migrate(own_pool, dim=DIM, halfvec=True)
     assert back_up.applied == [REVISION] and set(vector_indexes(database_url)) == {HALF}
 
 
@@ -104,9 +93,9 @@ async def test_the_engine_migrates_to_the_configured_index(database_url: str) ->
         assert [h.document_name for h in found.hits] == ["a.txt"]
 
 
-async def ann_answers(sql: AsyncEngine, queries: list[list[float]], *, halfvec: bool) -> list[list[tuple[int, float]]]:
+async def ann_answers(db: AsyncEngine, queries: list[list[float]], *, halfvec: bool) -> list[list[tuple[int, float]]]:
     plan = VectorPlan(planner.ANN, None, settings=planner.index_settings(100, "off"), allow_fallback=False)
-    return [await vector_leg(sql, q, ReadScope(None), limit=10, plan=plan, halfvec=halfvec) for q in queries]
+    return [await vector_leg(db, q, ReadScope(None), limit=10, plan=plan, halfvec=halfvec) for q in queries]
 
 
 def uses_index(url: str, query: list[float], *, halfvec: bool) -> str:
@@ -124,9 +113,9 @@ def uses_index(url: str, query: list[float], *, halfvec: bool) -> str:
 
 
 async def test_the_half_precision_index_gives_the_float4_top_k_within_the_tolerance(
-    sql: AsyncEngine, database_url: str
+    own_pool: AsyncEngine, database_url: str
 ) -> None:
-    await migrate(sql, dim=DIM)
+    await migrate(own_pool, dim=DIM)
     rng = np.random.default_rng(5)
     centre = rng.standard_normal(DIM)
     insert_rows(database_url, centre.tolist())  # 1,200 rows around the centre, 24 around its antipode
@@ -136,28 +125,28 @@ async def test_the_half_precision_index_gives_the_float4_top_k_within_the_tolera
         queries.append((q / np.linalg.norm(q)).tolist())
 
     assert f"Index Scan using {FULL} " in uses_index(database_url, queries[0], halfvec=False)
-    full = await ann_answers(sql, queries, halfvec=False)
-    await migrate(sql, dim=DIM, halfvec=True)
+    full = await ann_answers(own_pool, queries, halfvec=False)
+    await migrate(own_pool, dim=DIM, halfvec=True)
     shown = uses_index(database_url, queries[0], halfvec=True)
     assert f"Index Scan using {HALF} " in shown and "Sort" not in shown
-    half = await ann_answers(sql, queries, halfvec=True)
+    half = await ann_answers(own_pool, queries, halfvec=True)
 
     shared = sum(len({i for i, _ in h} & {i for i, _ in f}) for h, f in zip(half, full, strict=True))
     assert all(len(h) == 10 for h in half)
     assert shared / (10 * len(queries)) >= MIN_SHARED
     for query, answer in zip(queries, half, strict=True):
         assert [s for _, s in answer] == sorted((s for _, s in answer), reverse=True)  # sorted in float4
-        truth = dict(await float4_similarities(sql, query, [i for i, _ in answer]))
+        truth = dict(await float4_similarities(own_pool, query, [i for i, _ in answer]))
         assert all(abs(s - truth[i]) < 1e-6 for i, s in answer)
     # the exact scan (the ground truth) never takes the index: the caller's rows, scored in float4
     scope, exact = ReadScope((CROWD,)), VectorPlan(planner.EXACT, None)
     for query in queries[:5]:
-        answer = await vector_leg(sql, query, scope, limit=10, plan=exact, halfvec=True)
-        assert [i for i, _ in answer] == await oracle(sql, query, scope, 10)
+        answer = await vector_leg(own_pool, query, scope, limit=10, plan=exact, halfvec=True)
+        assert [i for i, _ in answer] == await oracle(own_pool, query, scope, 10)
 
 
-async def float4_similarities(sql: AsyncEngine, query: list[float], ids: list[int]) -> list[tuple[int, float]]:
-    async with sql.connect() as conn:
+async def float4_similarities(own_pool: AsyncEngine, query: list[float], ids: list[int]) -> list[tuple[int, float]]:
+    async with own_pool.connect() as conn:
         rows = await conn.execute(
             text(
                 "SELECT id, 1 - (embedding <=> CAST(:qv AS vector)) FROM ce_chunks "

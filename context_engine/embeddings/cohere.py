@@ -43,36 +43,25 @@ class CohereEmbedder(RemoteEmbedder):
         super().__init__(config, http_client_factory, require_api_key(config))
         self.size(flexible=self.model.startswith("embed-v4"))
 
-    def _sdk(self) -> Any:
-        if self._client is None:
-            self._client = self._cohere.AsyncClientV2(
-                api_key=self._api_key,
-                base_url=self._config.base_url,
-                timeout=self._config.timeout,
-                max_retries=0,
-                httpx_client=self._http.get(),
-            )
-        return self._client
+    def _new_client(self) -> Any:
+        return self._cohere.AsyncClientV2(
+            api_key=self._api_key,
+            base_url=self._config.base_url,
+            timeout=self._config.timeout,
+            max_retries=0,
+            httpx_client=self._http.get(),
+        )
 
     async def request(self, texts: list[str], kind: InputKind) -> list[list[float]]:
         """One ``embed`` call; queries and documents use Cohere's distinct input types."""
-        options: dict[str, Any] = {
-            "model": self.model,
-            "input_type": _INPUT_TYPES[kind],
-            "texts": texts,
-            "embedding_types": ["float"],
-            "truncate": "NONE",
-        }
-        if self._output_dim is not None:
-            options["output_dimension"] = self._output_dim
+        options = {"model": self.model, "input_type": _INPUT_TYPES[kind], "texts": texts,
+                   "embedding_types": ["float"], "truncate": "NONE"}  # fmt: skip
         try:
-            response = await self._sdk().embed(**options, request_options={"max_retries": 0})
+            response = await self._sdk().embed(**self.sized(options, "output_dimension"),
+                                               request_options={"max_retries": 0})  # fmt: skip
         except self._api_error as exc:
-            status = getattr(exc, "status_code", None) or 0
-            if status == 0:
-                raise self.unreachable(exc) from None
-            raise self.status_error(status, getattr(exc, "body", None), getattr(exc, "headers", None),
-                                    len(texts)) from None  # fmt: skip
+            raise self.sdk_failure(exc, getattr(exc, "status_code", None), getattr(exc, "body", None),
+                                   getattr(exc, "headers", None), len(texts)) from None  # fmt: skip
         except httpx.TransportError as exc:
             raise self.unreachable(exc) from exc
         floats = getattr(getattr(response, "embeddings", None), "float_", None)

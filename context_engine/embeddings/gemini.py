@@ -59,15 +59,11 @@ class GeminiEmbedder(RemoteEmbedder):
         super().__init__(config, http_client_factory, self._target.api_key)
         self.size(flexible=True)
 
-    def _sdk(self) -> Any:
-        if self._client is None:
-            self._client = build_genai_client(self._genai, self._target, self._http.get())
-        return self._client
+    def _new_client(self) -> Any:
+        return build_genai_client(self._genai, self._target, self._http.get())
 
     def _options(self, kind: InputKind) -> Any:
-        options: dict[str, Any] = {"task_type": _TASK_TYPES[kind]}
-        if self._output_dim is not None:
-            options["output_dimensionality"] = self._output_dim
+        options = self.sized({"task_type": _TASK_TYPES[kind]}, "output_dimensionality")
         if self._target.vertex:
             options["auto_truncate"] = False
         return self._genai.types.EmbedContentConfig(**options)

@@ -87,9 +87,7 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         payload: dict[str, Any] = {"input": texts}
         if self.provider != "azure_openai":  # Azure takes the model from the deployment in the URL
             payload["model"] = self.model
-        if self._output_dim is not None:
-            payload["dimensions"] = self._output_dim
-        return payload
+        return self.sized(payload, "dimensions")
 
     async def request(self, texts: list[str], kind: InputKind) -> list[list[float]]:
         """OpenAI has no query/document split: ``kind`` is not sent."""

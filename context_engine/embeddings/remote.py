@@ -103,6 +103,28 @@ class RemoteEmbedder(Embedder):
         """Set ``dim`` (and the width to ask for) from the settings and the model's table entry."""
         self.dim, self._output_dim = resolve_dim(self._config, self.model, self.native_dims, flexible)
 
+    def sized(self, options: dict[str, Any], key: str) -> dict[str, Any]:
+        """``options`` with the shortened output width under the API's own ``key``, when one is asked for."""
+        if self._output_dim is not None:
+            options[key] = self._output_dim
+        return options
+
+    def _sdk(self) -> Any:
+        """The provider's SDK client, built on first use and kept until :meth:`aclose`."""
+        if self._client is None:
+            self._client = self._new_client()
+        return self._client
+
+    def _new_client(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} speaks HTTP itself and builds no SDK client")
+
+    def sdk_failure(self, exc: Exception, status: Any, body: Any, headers: Any, batch_size: int) -> Exception:
+        """An SDK's error: with no HTTP status the provider was not reached (retryable), else what the
+        status means (:meth:`status_error`)."""
+        if not status:
+            return self.unreachable(exc)
+        return self.status_error(int(status), body, headers, batch_size)
+
     def count_tokens(self, text: str) -> int:
         """The estimate: a provider without an offline tokenizer is budgeted from UTF-8 bytes."""
         return estimate_tokens(text, self._config.token_bytes_ratio)

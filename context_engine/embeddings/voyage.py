@@ -53,28 +53,22 @@ class VoyageEmbedder(RemoteEmbedder):
         super().__init__(config, http_client_factory, require_api_key(config))
         self.size(flexible=self.model in VOYAGE_FLEXIBLE)
 
-    def _sdk(self) -> Any:
-        if self._client is None:
-            self._client = self._voyageai.AsyncClient(
-                api_key=self._api_key,
-                max_retries=0,
-                timeout=self._config.timeout,
-                base_url=self._config.base_url,
-            )
-        return self._client
+    def _new_client(self) -> Any:
+        return self._voyageai.AsyncClient(
+            api_key=self._api_key,
+            max_retries=0,
+            timeout=self._config.timeout,
+            base_url=self._config.base_url,
+        )
 
     async def request(self, texts: list[str], kind: InputKind) -> list[list[float]]:
         """One ``embed`` call with Voyage's ``document``/``query`` input types."""
-        options: dict[str, Any] = {"texts": texts, "model": self.model, "input_type": kind,
-                                   "truncation": kind == "query"}  # fmt: skip
-        if self._output_dim is not None:
-            options["output_dimension"] = self._output_dim
+        options = {"texts": texts, "model": self.model, "input_type": kind, "truncation": kind == "query"}
         try:
-            result = await self._sdk().embed(**options)
+            result = await self._sdk().embed(**self.sized(options, "output_dimension"))
         except self._voyage_error as exc:
-            status = getattr(exc, "http_status", None)
-            if isinstance(exc, self._transport_errors) or not status:
-                raise self.unreachable(exc) from None
-            raise self.status_error(int(status), getattr(exc, "http_body", None), getattr(exc, "headers", None),
-                                    len(texts)) from None  # fmt: skip
+            # a connection error or timeout may carry no status, or a stale one: it was not answered
+            status = None if isinstance(exc, self._transport_errors) else getattr(exc, "http_status", None)
+            raise self.sdk_failure(exc, status, getattr(exc, "http_body", None), getattr(exc, "headers", None),
+                                   len(texts)) from None  # fmt: skip
         return [[float(x) for x in vector] for vector in result.embeddings]

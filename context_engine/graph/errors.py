@@ -2,43 +2,37 @@
 
 from __future__ import annotations
 
-from context_engine.errors import ContextEngineError, NotFound
+from context_engine.errors import ContextEngineError, FixedMessageError, NotFound
 
 
-class GraphNotEnabled(ContextEngineError):
+class GraphNotEnabled(FixedMessageError):
     """The graph tables were never created on this database."""
 
     code = "graph_not_enabled"
     status = 409
-
-    def __init__(self) -> None:
-        super().__init__(
-            "graph mode is off on this database: create its tables with `context-engine migrate --graph` "
-            "(or migrate(..., graph=True)) first"
-        )
+    fixed_message = (
+        "graph mode is off on this database: create its tables with `context-engine migrate --graph` "
+        "(or migrate(..., graph=True)) first"
+    )
 
 
-class GraphNeedsLLM(ContextEngineError):
+class GraphNeedsLLM(FixedMessageError):
     """Extraction and community summaries are model calls; with no ``llm`` section nothing is called."""
 
     code = "graph_llm_missing"
     status = 409
-
-    def __init__(self) -> None:
-        super().__init__(
-            "graph extraction needs a language model: configure `graph.extraction_llm` (or the `llm` section) "
-            "to ingest in graph mode"
-        )
+    fixed_message = (
+        "graph extraction needs a language model: configure `graph.extraction_llm` (or the `llm` section) "
+        "to ingest in graph mode"
+    )
 
 
-class GraphDisabled(ContextEngineError):
+class GraphDisabled(FixedMessageError):
     """``graph.enabled`` is off: graph mode is refused by name, never quietly answered in hybrid."""
 
     code = "graph_disabled"
     status = 409
-
-    def __init__(self) -> None:
-        super().__init__("graph mode is switched off on this deployment (graph.enabled=false)")
+    fixed_message = "graph mode is switched off on this deployment (graph.enabled=false)"
 
 
 class GraphExtractionFailed(ContextEngineError):

@@ -19,7 +19,7 @@ from context_engine.redaction import RedactionPolicy
 from context_engine.redaction.apply import IngestScrubber, Redactor, SecretKey, effective_key
 from context_engine.retrieval.retriever import Retriever
 from context_engine.revisions import view as revision_view
-from context_engine.services import Services
+from context_engine.services import Services, Shared
 from context_engine.tools.functions import FunctionRegistry
 from context_engine.tools.mcp_oauth import McpOAuthFlows
 
@@ -59,13 +59,8 @@ class EngineContext:
         key = effective_key(policy, secret_key, self.config.redaction_secret_key, self.config.secret_key)
         return dataclasses.replace(self, policy=policy, policy_key=key)
 
-    @property
-    def config(self) -> ContextEngineConfig:
-        return self.services.config
-
-    @property
-    def hooks(self) -> Hooks:
-        return self.services.hooks
+    config = Shared[ContextEngineConfig]()
+    hooks = Shared[Hooks]()
 
     async def db(self) -> AsyncEngine:
         """The pool for the running loop; migrates (or checks) the schema once per engine."""

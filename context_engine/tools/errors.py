@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from context_engine.errors import ConfigError, ContextEngineError, Forbidden, InvalidRequest, NotFound
+from context_engine.errors import (
+    ConfigError,
+    ContextEngineError,
+    FixedMessageError,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+)
 
 
 class ToolNotFound(NotFound):
@@ -57,11 +64,9 @@ class ToolTimeout(ToolExecutionFailed):
     status = 504
 
 
-class ApprovalNotFound(NotFound):
+class ApprovalNotFound(FixedMessageError, NotFound):
     code = "approval_not_found"
-
-    def __init__(self) -> None:
-        super().__init__("approval not found")
+    fixed_message = "approval not found"
 
 
 class ApprovalExpired(ContextEngineError):

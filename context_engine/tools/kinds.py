@@ -14,11 +14,12 @@ first lookup, so the registry is never seen without them. A host or a test adds 
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from context_engine.named_registry import NamedRegistry
 
 if TYPE_CHECKING:
     import httpx
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 #: the kind every in-process function tool is listed as, and its call-name prefix
 FUNCTION = "function"
 FUNCTION_PREFIX = "fn_"
-_BUILTINS = "context_engine.tools.builtin_kinds"
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,30}$")
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,30}_$")
 
@@ -69,7 +69,7 @@ class ToolKindSpec:
     outcome: Callable[[Any], str] | None = None
 
 
-_KINDS: dict[str, ToolKindSpec] = {}
+_KINDS = NamedRegistry[ToolKindSpec]("context_engine.tools.builtin_kinds")
 
 
 def register(spec: ToolKindSpec) -> ToolKindSpec:
@@ -79,34 +79,26 @@ def register(spec: ToolKindSpec) -> ToolKindSpec:
         raise ValueError("a tool kind needs a name of lower-case letters and digits (at most 31), not 'function'")
     if not isinstance(spec.call_prefix, str) or not _PREFIX.match(spec.call_prefix):
         raise ValueError("a tool kind's call_prefix is lower-case letters and digits ending in '_' (e.g. 'http_')")
-    known = _loaded()
-    if spec.name in known and known[spec.name] is not spec:
-        raise ValueError(f"a tool kind named {spec.name!r} is already registered")
+    known = _KINDS.check_free(spec.name, spec, "a tool kind")
     taken = {k.call_prefix: k.name for k in known.values() if k.name != spec.name}
     taken[FUNCTION_PREFIX] = FUNCTION
     if spec.call_prefix in taken:
         raise ValueError(f"call prefix {spec.call_prefix!r} is already the prefix of kind {taken[spec.call_prefix]!r}")
-    _KINDS[spec.name] = spec
-    return spec
+    return _KINDS.add(spec.name, spec)
 
 
 def unregister(name: str) -> None:
-    _KINDS.pop(name, None)
-
-
-def _loaded() -> dict[str, ToolKindSpec]:
-    importlib.import_module(_BUILTINS)
-    return _KINDS
+    _KINDS.remove(name)
 
 
 def get(name: str) -> ToolKindSpec | None:
     """The stored kind called ``name`` (None for ``function`` and for a kind no module registered)."""
-    return _loaded().get(name)
+    return _KINDS.loaded().get(name)
 
 
 def names() -> list[str]:
     """The stored kinds: built-ins first, then in registration order."""
-    return list(_loaded())
+    return list(_KINDS.loaded())
 
 
 def listed() -> list[str]:

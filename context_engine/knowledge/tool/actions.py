@@ -16,13 +16,13 @@ it reads under the caller's principals and the host's ceiling like every other a
 from __future__ import annotations
 
 import copy
-import importlib
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from context_engine.knowledge.tool.properties import SHARED_PROPERTIES
+from context_engine.named_registry import NamedRegistry
 
 if TYPE_CHECKING:
     from context_engine.knowledge.tool.call import ToolCall
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 #: answers one checked call of an action
 Handler = Callable[["ToolCall"], Awaitable[dict[str, Any]]]
-_BUILTINS = "context_engine.knowledge.tool.builtin_actions"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _KINDS = {"string", "integer", "array"}
 
@@ -61,7 +60,7 @@ class Action:
         return self.required + self.optional
 
 
-_ACTIONS: dict[str, Action] = {}
+_ACTIONS = NamedRegistry[Action]("context_engine.knowledge.tool.builtin_actions")
 
 
 def register(action: Action) -> Action:
@@ -69,9 +68,7 @@ def register(action: Action) -> Action:
     it, and an argument it declares may not differ from a shared or another action's one."""
     if not isinstance(action.name, str) or not _NAME.match(action.name) or action.name == "action":
         raise ValueError("an action needs a name of lower-case letters, digits and '_' (at most 40)")
-    known = _loaded()
-    if action.name in known and known[action.name] is not action:
-        raise ValueError(f"a knowledge-tool action named {action.name!r} is already registered")
+    _ACTIONS.check_free(action.name, action, "a knowledge-tool action")
     if not action.purpose.strip() or not callable(action.handler):
         raise ValueError(f"action {action.name!r} needs a purpose and a handler")
     if action.available is not None and not action.off_sentence.strip():
@@ -88,22 +85,16 @@ def register(action: Action) -> Action:
     for name in action.arguments:
         if name not in declared and name not in action.properties:
             raise ValueError(f"action {action.name!r} takes {name!r}, which no table declares")
-    _ACTIONS[action.name] = action
-    return action
+    return _ACTIONS.add(action.name, action)
 
 
 def unregister(name: str) -> None:
-    _ACTIONS.pop(name, None)
-
-
-def _loaded() -> dict[str, Action]:
-    importlib.import_module(_BUILTINS)
-    return _ACTIONS
+    _ACTIONS.remove(name)
 
 
 def _declared(exclude: str | None = None) -> dict[str, dict[str, Any]]:
     found = dict(SHARED_PROPERTIES)
-    for action in _ACTIONS.values():
+    for action in _ACTIONS.entries.values():
         if action.name != exclude:
             found.update(action.properties)
     return found
@@ -111,11 +102,11 @@ def _declared(exclude: str | None = None) -> dict[str, dict[str, Any]]:
 
 def actions() -> list[Action]:
     """Every action in listing order: the built-ins, then in registration order."""
-    return list(_loaded().values())
+    return list(_ACTIONS.loaded().values())
 
 
 def get(name: str) -> Action | None:
-    return _loaded().get(name)
+    return _ACTIONS.loaded().get(name)
 
 
 class _ActionNames(Sequence[str]):
@@ -126,16 +117,16 @@ class _ActionNames(Sequence[str]):
     @overload
     def __getitem__(self, index: slice) -> Sequence[str]: ...
     def __getitem__(self, index: int | slice) -> str | Sequence[str]:
-        return list(_loaded())[index]
+        return list(_ACTIONS.loaded())[index]
 
     def __len__(self) -> int:
-        return len(_loaded())
+        return len(_ACTIONS.loaded())
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(_loaded()))
+        return iter(list(_ACTIONS.loaded()))
 
     def __contains__(self, value: object) -> bool:
-        return value in _loaded()
+        return value in _ACTIONS.loaded()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)

@@ -29,13 +29,9 @@ WORTH_FETCHING = 200
 
 
 async def discover(call: ToolCall) -> dict[str, Any]:
-    scope = call.narrowed()
-    limit = call.args.get("limit", DEFAULT_LIMIT)
-    after = paging.decode("discover", scope, call.args["cursor"]) if "cursor" in call.args else None
+    page = await paging.document_page(call, "discover", DEFAULT_LIMIT)
+    scope, rows = page.scope, page.rows
     db = await call.engine.database()
-    rows = await reads.document_page(db, call.principals, scope, limit=limit + 1, after=after)
-    more = len(rows) > limit
-    rows = rows[:limit]
     ids = [str(r["id"]) for r in rows]
     sheet_ids = [str(r["id"]) for r in rows if r["kind"] == "spreadsheet"]
     text_ids = [str(r["id"]) for r in rows if r["kind"] != "spreadsheet"]
@@ -83,12 +79,9 @@ async def discover(call: ToolCall) -> dict[str, Any]:
         "revision": revision,
         "documents": documents,
         "count": len(documents),
-        "has_more": more,
+        "has_more": page.more,
+        **page.continuation(call),
     }
-    if more and rows:
-        cursor = paging.encode("discover", scope, rows[-1])
-        answer["next_cursor"] = cursor
-        answer["next_page"] = {"action": "discover", **call.paging_args(), "cursor": cursor}
     answer["document_types"] = [
         {"kind": t["kind"], "document_type": redactor.text(t["document_type"]), "count": int(t["count"])} for t in types
     ]

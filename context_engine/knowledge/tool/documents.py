@@ -193,13 +193,7 @@ def parked(status: str, meta: dict[str, Any], chunks: int) -> dict[str, Any] | N
 
 
 async def list_documents(call: ToolCall) -> dict[str, Any]:
-    scope = call.narrowed()
-    limit = call.args.get("limit", LIST_DEFAULT)
-    after = paging.decode("list", scope, call.args["cursor"]) if "cursor" in call.args else None
-    db = await call.engine.database()
-    rows = await reads.document_page(db, call.principals, scope, limit=limit + 1, after=after)
-    more = len(rows) > limit
-    rows = rows[:limit]
+    page = await paging.document_page(call, "list", LIST_DEFAULT)
     redactor = call.redactor
     documents = [
         {
@@ -214,11 +208,7 @@ async def list_documents(call: ToolCall) -> dict[str, Any]:
             "chunks": int(r["chunk_count"]),
             "parked": parked(r["status"], r["meta"], int(r["chunk_count"])),
         }
-        for r in rows
+        for r in page.rows
     ]
-    answer: dict[str, Any] = {"success": True, "documents": documents, "count": len(documents), "has_more": more}
-    if more and rows:
-        cursor = paging.encode("list", scope, rows[-1])
-        answer["next_cursor"] = cursor
-        answer["next_page"] = {"action": "list", **call.paging_args(), "cursor": cursor}
-    return answer
+    return {"success": True, "documents": documents, "count": len(documents), "has_more": page.more,
+            **page.continuation(call)}  # fmt: skip

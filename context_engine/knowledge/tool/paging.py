@@ -11,10 +11,12 @@ import base64
 import hashlib
 import json
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from context_engine.knowledge.tool.call import Narrowed, Refusal
+from context_engine.knowledge.tool import reads
+from context_engine.knowledge.tool.call import Narrowed, Refusal, ToolCall
 
 
 def _fingerprint(action: str, scope: Narrowed) -> str:
@@ -47,3 +49,31 @@ def decode(action: str, scope: Narrowed, cursor: str) -> tuple[str, str]:
             next_action={"action": action},
         )
     return keyset
+
+
+@dataclass(frozen=True)
+class DocumentPage:
+    """One page of the documents a ``discover`` or ``list`` call may see, and whether more follow."""
+
+    action: str
+    scope: Narrowed
+    rows: list[dict[str, Any]]
+    more: bool
+
+    def continuation(self, call: ToolCall) -> dict[str, Any]:
+        """``next_cursor`` and the ``next_page`` call that reads on, when more rows follow."""
+        if not (self.more and self.rows):
+            return {}
+        cursor = encode(self.action, self.scope, self.rows[-1])
+        return {"next_cursor": cursor, "next_page": {"action": self.action, **call.paging_args(), "cursor": cursor}}
+
+
+async def document_page(call: ToolCall, action: str, default_limit: int) -> DocumentPage:
+    """The page of visible documents the call's ``limit`` and ``cursor`` ask for (one row more is
+    read to learn whether another page follows)."""
+    scope = call.narrowed()
+    limit = call.args.get("limit", default_limit)
+    after = decode(action, scope, call.args["cursor"]) if "cursor" in call.args else None
+    db = await call.engine.database()
+    rows = await reads.document_page(db, call.principals, scope, limit=limit + 1, after=after)
+    return DocumentPage(action, scope, rows[:limit], len(rows) > limit)
