@@ -615,10 +615,11 @@ async def test_host_mistakes_raise_in_process(tool_engine: ContextEngine) -> Non
 
 
 async def test_one_pooled_connection_serves_concurrent_calls(module_database: str, corpus: Corpus) -> None:
-    """With a pool of one connection and a short wait, concurrent calls of every reading action finish:
-    no action holds its connection while it waits for another one."""
+    """With a pool of one connection, concurrent calls of every reading action finish: no action holds its
+    connection while it waits for another one (that would never end; the wait is generous so that
+    sixteen calls taking turns on one connection of a busy machine are not mistaken for it)."""
     config = make_config(module_database, storage={"auto_migrate": True, "pool_size": 1, "max_overflow": 0,
-                                                   "pool_timeout": 5})
+                                                   "pool_timeout": 60})
     async with ContextEngine(config) as engine:
         calls = [
             {"action": "discover"},
