@@ -16,7 +16,8 @@ ways, each on a pool of its own (so each keeps its own prepared statements), que
 The statements are the leg's own (:func:`context_engine.retrieval.legs.fts.fts_leg`, ``limit`` 50 as
 in a ``top_k=10`` search), for the scale benchmark's three callers and its latency queries. Each
 policy runs the queries once to warm up (past the prepare threshold), then ``--passes`` timed passes.
-The answers of the policies are compared.
+The answers of the policies are compared, and each pool's connection says how many generic and custom
+plans its prepared statements used (``pg_prepared_statements``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as scale_run
 import scale_corpus as sc
 
-from context_engine import TRUSTED
 from context_engine.retrieval import bm25, lexical
 from context_engine.retrieval.legs.fts import fts_leg
 from context_engine.storage import embedded
@@ -50,6 +50,26 @@ LIMIT = 50  # the leg's depth for a top_k=10 search (search.candidate_k)
 
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
+    """The same scores in order, and the same chunks at each score but the last one kept (two chunks
+    whose scores tie can come back in either order, and at the cut either may be the one kept)."""
+    if [round(s, 9) for _, s in a] != [round(s, 9) for _, s in b]:
+        return False
+    cut = round(b[-1][1], 9) if b else None
+    return {c for c, s in a if round(s, 9) != cut} == {c for c, s in b if round(s, 9) != cut}
+
+
+async def plans_used(db: AsyncEngine) -> str:
+    """Generic and custom plans the pool's connection has used for its prepared statements."""
+    async with db.connect() as conn:
+        row = (
+            await conn.execute(
+                text("SELECT count(*), sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements")
+            )
+        ).one()
+    return f"{row[0]} prepared, {row[1] or 0} generic plans, {row[2] or 0} custom"
 
 
 def pct(values: list[float], p: float) -> float:
@@ -91,7 +111,7 @@ async def measure(url: str, vocab: sc.Vocabulary, count: int, passes: int) -> No
         config = (await conn.execute(text("SELECT value FROM ce_meta WHERE key = 'text_search_config'"))).scalar()
     config = str(config or "english")
     rng = np.random.default_rng(5)  # the callers of run.py's latency phase
-    callers = {"trusted": TRUSTED, "1%": sc.caller("random", 1, rng), "30%": sc.caller("random", 30, rng)}
+    callers = {"trusted": None, "1%": sc.caller("random", 1, rng), "30%": sc.caller("random", 30, rng)}
     queries = scale_run.query_texts(vocab, count)
 
     async def answer(name: str, query: str, scope: ReadScope) -> list[tuple[int, float]]:
@@ -111,7 +131,7 @@ async def measure(url: str, vocab: sc.Vocabulary, count: int, passes: int) -> No
                     await answer(name, q, scope)
             before = load_average()
             times: dict[str, list[float]] = {name: [] for name in dbs}
-            same = 0
+            agree = 0
             for _ in range(passes):
                 for i, q in enumerate(queries):
                     found = {}
@@ -119,11 +139,13 @@ async def measure(url: str, vocab: sc.Vocabulary, count: int, passes: int) -> No
                         t0 = time.perf_counter()
                         found[name] = await answer(name, q, scope)
                         times[name].append((time.perf_counter() - t0) * 1000)
-                    same += all(rows == found["unprepared"] for rows in found.values())
+                    agree += all(same(rows, found["unprepared"]) for rows in found.values())
             cells = " | ".join(f"{pct(v, 50):.1f} / {pct(v, 95):.1f}" for v in times.values())
             total = passes * len(queries)
-            print(f"| {label} | {cells} | {same} of {total} | load {before} -> {load_average()}", flush=True)
+            print(f"| {label} | {cells} | {agree} of {total} | load {before} -> {load_average()}", flush=True)
             print(f"  means: {', '.join(f'{n} {statistics.mean(v):.1f}' for n, v in times.items())}", flush=True)
+            used = [f"{n}: {await plans_used(db)}" for n, db in dbs.items()]
+            print(f"  {'; '.join(used)}", flush=True)
     finally:
         for pool in pools.values():
             await pool.dispose()
