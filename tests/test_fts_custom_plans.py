@@ -1,11 +1,12 @@
-"""The full-text leg's statements are never prepared, so every run is planned for its own parameters.
+"""The full-text leg's statements, and those loading the winners, are never prepared, so every run is
+planned for its own parameters.
 
 psycopg prepares a statement after ``prepare_threshold`` runs on one connection, and PostgreSQL may
 then give it a generic plan; the search path reads in autocommit, so no rollback on the connection's
 return to the pool clears psycopg's cache. On the search path's pool of one connection the leg runs
 past that threshold, and the server's list of that session's prepared statements gains none of the
 leg's; the same BM25 statements run without the guard are prepared, and the connection keeps
-preparing other statements after the leg.
+preparing other statements after the leg. The winners' rows (``fetch_hits``, ``group_hits``) likewise.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from context_engine import ContextEngine
 from context_engine.retrieval import bm25, lexical
 from context_engine.retrieval.legs.fts import fts_leg
+from context_engine.storage import repository as repo
 from context_engine.storage.predicates import ReadScope
 from tests.conftest import make_config
 from tests.test_bm25_pruning import WordEmbedder
@@ -65,7 +67,7 @@ async def _rank_unguarded(db: AsyncEngine) -> list[tuple[int, float]]:
         )
 
 
-async def test_the_leg_statements_are_not_prepared_past_the_threshold(database_url: str) -> None:
+async def test_the_leg_and_hit_statements_are_not_prepared_past_the_threshold(database_url: str) -> None:
     storage = {"auto_migrate": True, "pool_size": 1, "max_overflow": 0}
     async with ContextEngine(make_config(database_url, storage=storage), embedder=WordEmbedder()) as engine:
         for i in range(12):
@@ -79,6 +81,12 @@ async def test_the_leg_statements_are_not_prepared_past_the_threshold(database_u
             for _ in range(RUNS):
                 answers[rank, principals] = await _leg(db, rank, principals)
         assert all(answers.values())  # the leg found chunks each time
+        ids = [cid for cid, _ in answers["bm25", None]]
+        for principals in (None, ("g1",)):
+            for _ in range(RUNS):
+                assert await repo.fetch_hits(db, ids, ReadScope(principals))
+                rows, found = await repo.group_hits(db, ids, ReadScope(principals), documents=3, per_document=1)
+                assert rows and found
         same_pid, after_leg = await _prepared(db)
         assert same_pid == pid  # one connection throughout
         assert after_leg == before

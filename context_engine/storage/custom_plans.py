@@ -4,7 +4,8 @@ psycopg prepares a statement on the server once it has run ``prepare_threshold``
 connection; from then on PostgreSQL may switch it to a *generic plan*, one chosen without the
 parameter values. For the full-text statements the values are what matter (how many chunks a
 lexeme is in, how many of them the caller may see), and a generic plan for a caller seeing a third
-of a million chunks ran about ten times slower than the custom one. An unprepared statement goes
+of a million chunks ran about ten times slower than the custom one; loading the fused winners by id
+under that caller's ACL went the same way (benchmarks/README.md, "Scale"). An unprepared statement goes
 through the unnamed statement, which the server always plans for the values bound to it; the cost
 is parsing and planning on every run, small beside those statements' execution.
 
