@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.errors import DocumentBusy, NameTaken
 from context_engine.storage import bm25_stats, layout
+from context_engine.storage.custom_plans import planned_per_call
 from context_engine.storage.predicates import ReadScope, live, visibility
 from context_engine.storage.session_locks import LOCK_ID_SQL
 from context_engine.storage.vectors import register_vector_types, vector_array
@@ -929,7 +930,7 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
     # written without a version row, as a bulk load may, fall back to the live document's name).
     # Looked up per row by primary key, the document only when the version has no name (coalesce
     # stops at its first non-null argument): a join let the planner hash the whole versions table.
-    async with db.connect() as conn:
+    async with db.connect() as pooled, planned_per_call(pooled) as conn:  # the caller's ACL shapes the plan
         joins, name = _hit_name(await layout.distributed(conn))
         sql = (
             f"SELECT c.id, c.document_id, {name} AS document_name, c.text, c.source_id, c.position, "
@@ -953,7 +954,7 @@ async def group_hits(
     if not ids:
         return {}, 0
     params: dict[str, Any] = {"ids": list(ids), "top_docs": documents, "per_doc": per_document}
-    async with db.connect() as conn:
+    async with db.connect() as pooled, planned_per_call(pooled) as conn:  # as fetch_hits
         joins, name = _hit_name(await layout.distributed(conn))
         return await _group_hits(conn, joins, name, scope, params)
 

@@ -9,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from context_engine.retrieval import bm25, lexical
+from context_engine.storage.custom_plans import planned_per_call
 from context_engine.storage.predicates import ReadScope
 
 if TYPE_CHECKING:
@@ -40,13 +41,16 @@ async def fts_leg(
     ``rank`` is ``bm25`` (Okapi BM25 in SQL over statistics the caller may see, see
     :mod:`context_engine.retrieval.bm25`), ``ts_rank_cd`` (proximity) or ``ts_rank`` (frequency);
     ``normalization`` is Postgres's length-normalisation bitmask for the latter two.
+
+    Its statements are never prepared: a plan cached for one caller's parameters (or a generic one)
+    can be ten times slower for another's (:mod:`context_engine.storage.custom_plans`).
     """
     params: dict[str, Any] = {"lx_cfg": config, "limit": limit, "norm": normalization}
     tsq = lexical.tsquery_sql(query, match=match, params=params, stopwords=stopwords)
     if tsq is None:
         return []
     if rank == "bm25":
-        async with db.connect() as conn:
+        async with db.connect() as pooled, planned_per_call(pooled) as conn:
             return await bm25.rank(
                 conn,
                 tsquery=tsq,
@@ -69,7 +73,7 @@ async def fts_leg(
         f"WHERE c.tsv @@ q.q AND {scope.predicate('c', params)} "
         "ORDER BY r DESC, c.id LIMIT :limit"
     )
-    async with db.connect() as conn:
+    async with db.connect() as pooled, planned_per_call(pooled) as conn:
         rows = (await conn.execute(text(statement), params)).all()
     return [(int(r[0]), float(r[1])) for r in rows]
 
