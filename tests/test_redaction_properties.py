@@ -195,8 +195,10 @@ def test_luhn_invalid_cards_are_not_found(value: str, bump: int) -> None:
 def test_ibans_with_wrong_check_digits_are_not_found(value: str, bump: int) -> None:
     check = (int(value[2:4]) - 2 + bump) % 97 + 2  # another value in 02..98
     tampered = value[:2] + f"{check:02d}" + value[4:]
-    text, _ = embedded(tampered, "IBAN ", ", now.")
-    assert detect_iban(text) == []
+    text, (start, _) = embedded(tampered, "IBAN ", ", now.")
+    # the tampered number is not found; a tail of its groups may by chance be an IBAN of an unregistered
+    # country with a valid check of its own (one in 97), and that tail is rightly found
+    assert all(found_start > start for found_start, _ in detect_iban(text))
 
 
 @FAST
