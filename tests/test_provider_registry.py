@@ -18,7 +18,7 @@ from context_engine import TRUSTED, UNSCOPED, ContextEngine, call_knowledge_tool
 from context_engine.config import ContextEngineConfig, EmbeddingConfig, LLMConfig, VisionLLMConfig
 from context_engine.embeddings.base import InputKind
 from context_engine.embeddings.factory import build_embedder
-from context_engine.embeddings.remote import RemoteEmbedder
+from context_engine.embeddings.remote import ModelTable, RemoteEmbedder
 from context_engine.errors import ConfigError, ProviderError
 from context_engine.ingest.batching import batch_limits
 from context_engine.llm import build_llm, call_llm
@@ -48,8 +48,7 @@ KEY = "toy-secret-key-123"
 class WordsEmbedder(RemoteEmbedder):
     """``POST {base_url}/embed`` with ``{"texts", "kind"}``; the reply is ``{"vectors": [...]}``."""
 
-    default_model = "words-1"
-    max_input_tokens_default = 512
+    models = ModelTable("words-1", 512)
     backoff_base = 0.01
 
     def __init__(self, config: EmbeddingConfig, http_client_factory: HttpClientFactory | None = None):

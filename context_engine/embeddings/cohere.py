@@ -12,7 +12,7 @@ import httpx
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import InputKind
-from context_engine.embeddings.remote import RemoteEmbedder, require_api_key
+from context_engine.embeddings.remote import ModelTable, RemoteEmbedder, require_api_key
 from context_engine.providers.http import HttpClientFactory
 from context_engine.providers.sdk import import_sdk
 
@@ -26,20 +26,18 @@ COHERE_NATIVE_DIMS: dict[str, int] = {
     "embed-v4.0": 1536,
 }
 _NEEDS = "The cohere embedding provider needs the Cohere SDK"
+_ERRORS = "cohere.core.api_error"  # the SDK's module of its API error
 _INPUT_TYPES: dict[str, str] = {"document": "search_document", "query": "search_query"}
 
 
 class CohereEmbedder(RemoteEmbedder):
     """Cohere ``/v2/embed`` with ``truncate="NONE"``: an input over the cap is refused, never cut."""
 
-    default_model = COHERE_DEFAULT_MODEL
-    max_input_tokens_default = COHERE_MAX_INPUT_TOKENS
-    native_dims = COHERE_NATIVE_DIMS
+    models = ModelTable(COHERE_DEFAULT_MODEL, COHERE_MAX_INPUT_TOKENS, COHERE_NATIVE_DIMS)
 
     def __init__(self, config: EmbeddingConfig, http_client_factory: HttpClientFactory | None = None):
         self._cohere = import_sdk("cohere", needed_by=_NEEDS, extra="cohere")
-        errors = import_sdk("cohere.core.api_error", needed_by=_NEEDS, extra="cohere")
-        self._api_error: type[Exception] = errors.ApiError
+        self._api_error: type[Exception] = import_sdk(_ERRORS, needed_by=_NEEDS, extra="cohere").ApiError
         super().__init__(config, http_client_factory, require_api_key(config))
         self.size(flexible=self.model.startswith("embed-v4"))
 

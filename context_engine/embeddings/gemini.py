@@ -16,7 +16,7 @@ import httpx
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import InputKind
-from context_engine.embeddings.remote import RemoteEmbedder, require_api_key
+from context_engine.embeddings.remote import ModelTable, RemoteEmbedder, require_api_key
 from context_engine.errors import ConfigError
 from context_engine.providers.failures import BatchTooLarge
 from context_engine.providers.genai import GenaiTarget, build_genai_client, genai_failure, import_genai, vertex_target
@@ -43,9 +43,7 @@ class GeminiEmbedder(RemoteEmbedder):
     input over the cap is refused, never embedded from its head.
     """
 
-    default_model = GEMINI_DEFAULT_MODEL
-    max_input_tokens_default = GEMINI_MAX_INPUT_TOKENS
-    native_dims = GEMINI_NATIVE_DIMS
+    models = ModelTable(GEMINI_DEFAULT_MODEL, GEMINI_MAX_INPUT_TOKENS, GEMINI_NATIVE_DIMS)
 
     def __init__(self, config: EmbeddingConfig, http_client_factory: HttpClientFactory | None = None):
         if config.provider not in ("gemini", "vertex_ai"):

@@ -10,7 +10,7 @@ from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import InputKind
 from context_engine.embeddings.batches import BatchNotSupported
 from context_engine.embeddings.openai_batches import OpenAIBatchClient
-from context_engine.embeddings.remote import RemoteEmbedder, require_api_key
+from context_engine.embeddings.remote import ModelTable, RemoteEmbedder, require_api_key
 from context_engine.embeddings.tokens import TokenCounter
 from context_engine.errors import ConfigError, ProviderError
 from context_engine.providers.failures import BatchTooLarge as BatchTooLarge  # its former home
@@ -37,9 +37,7 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
     and of the database column, so it is known up front rather than learnt from a first reply.
     """
 
-    default_model = OPENAI_DEFAULT_MODEL
-    max_input_tokens_default = OPENAI_MAX_INPUT_TOKENS
-    native_dims = OPENAI_NATIVE_DIMS
+    models = ModelTable(OPENAI_DEFAULT_MODEL, OPENAI_MAX_INPUT_TOKENS, OPENAI_NATIVE_DIMS)
 
     def __init__(self, config: EmbeddingConfig, http_client_factory: HttpClientFactory | None = None):
         provider = config.provider

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from context_engine.config import EmbeddingConfig
@@ -76,14 +77,21 @@ def check_vectors(provider: str, vectors: list[list[float]], expected: int, dim:
     return vectors
 
 
+@dataclass(frozen=True)
+class ModelTable:
+    """What a provider knows of its models: the default one, its input cap, and the native widths of
+    the models it knows (any other needs ``embedding.dim``)."""
+
+    default_model: str
+    max_input_tokens: int
+    native_dims: Mapping[str, int] = field(default_factory=dict)
+
+
 class RemoteEmbedder(Embedder):
     """An embedder behind a network API: retries, key redaction and the reply check done once."""
 
-    #: the provider's defaults (the provider table); ``embedding.model`` / ``max_input_tokens`` override
-    default_model: ClassVar[str]
-    max_input_tokens_default: ClassVar[int]
-    #: native widths of the models this provider knows; others need ``embedding.dim``
-    native_dims: ClassVar[Mapping[str, int]] = {}
+    #: the provider's models; ``embedding.model`` / ``max_input_tokens`` override its defaults
+    models: ClassVar[ModelTable]
     #: first retry waits about this long, doubling each time (Retry-After on 429 takes precedence)
     backoff_base: float = 0.5
 
@@ -92,8 +100,8 @@ class RemoteEmbedder(Embedder):
         self._config = config
         self._api_key = api_key
         self._secrets: tuple[str, ...] = (api_key,) if api_key else ()
-        self.model = config.model or self.default_model
-        self.max_input_tokens = config.max_input_tokens or self.max_input_tokens_default
+        self.model = config.model or self.models.default_model
+        self.max_input_tokens = config.max_input_tokens or self.models.max_input_tokens
         self._http = HttpClientHolder(http_client_factory, HTTP_CLIENT_PURPOSE, config.timeout)
         self._client: Any = None
         #: the width sent to a model that can shorten its output (None: its native width)
@@ -101,7 +109,7 @@ class RemoteEmbedder(Embedder):
 
     def size(self, flexible: bool) -> None:
         """Set ``dim`` (and the width to ask for) from the settings and the model's table entry."""
-        self.dim, self._output_dim = resolve_dim(self._config, self.model, self.native_dims, flexible)
+        self.dim, self._output_dim = resolve_dim(self._config, self.model, self.models.native_dims, flexible)
 
     def sized(self, options: dict[str, Any], key: str) -> dict[str, Any]:
         """``options`` with the shortened output width under the API's own ``key``, when one is asked for."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import InputKind
-from context_engine.embeddings.remote import RemoteEmbedder, require_api_key
+from context_engine.embeddings.remote import ModelTable, RemoteEmbedder, require_api_key
 from context_engine.providers.http import HttpClientFactory
 from context_engine.providers.sdk import import_sdk
 
@@ -41,9 +41,7 @@ class VoyageEmbedder(RemoteEmbedder):
     have been chunked), while a long query is embedded from its head rather than refused.
     """
 
-    default_model = VOYAGE_DEFAULT_MODEL
-    max_input_tokens_default = VOYAGE_MAX_INPUT_TOKENS
-    native_dims = VOYAGE_NATIVE_DIMS
+    models = ModelTable(VOYAGE_DEFAULT_MODEL, VOYAGE_MAX_INPUT_TOKENS, VOYAGE_NATIVE_DIMS)
 
     def __init__(self, config: EmbeddingConfig, http_client_factory: HttpClientFactory | None = None):
         self._voyageai = import_sdk("voyageai", needed_by=_NEEDS, extra="voyage")
