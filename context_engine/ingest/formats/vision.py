@@ -34,8 +34,10 @@ MAX_DPI = 200
 #: an image file sent as it is when it is already PNG or JPEG, one frame, and no larger than this
 PASS_THROUGH_BYTES = 4 * 1024 * 1024
 
-#: pdfium may not be entered from two threads at once, even for different documents
-_PDFIUM = threading.Lock()
+#: pdfium may not be entered from two threads at once, even for different documents. Reentrant: a
+#: page generator left unfinished elsewhere can be finalised by the garbage collector on a thread that
+#: already holds it (inside a pdfium read callback), and its ``finally`` closes its document under it
+_PDFIUM = threading.RLock()
 
 
 def require_rasteriser(what: str) -> None:
@@ -103,8 +105,12 @@ def transcribe_pdf_pages(source: Source, numbers: list[int]) -> list[Unit]:
     require_rasteriser(f"{source.label}: {which} no text layer (scanned) and vision_llm needs them as images")
     reader = MarkdownPages()
     units: list[Unit] = []
-    for number, markdown in source.vision.transcribe(pdf_page_images(source, numbers), source.label):
-        units.extend(reader.read(markdown, number, {"transcribed": True}))
+    pages = pdf_page_images(source, numbers)
+    try:
+        for number, markdown in source.vision.transcribe(pages, source.label):
+            units.extend(reader.read(markdown, number, {"transcribed": True}))
+    finally:
+        pages.close()  # a failed page leaves it unfinished: its document is closed here, not by the collector
     return units
 
 
