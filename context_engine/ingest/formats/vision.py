@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from context_engine.ingest.extracted import Extracted, ExtractionFailed, Unit
@@ -73,7 +73,7 @@ def pdf_page_count(source: Source) -> int:
                 document.close()
 
 
-def pdf_page_images(source: Source, numbers: list[int]) -> Iterator[tuple[int, ImageInput]]:
+def pdf_page_images(source: Source, numbers: list[int]) -> Generator[tuple[int, ImageInput], None, None]:
     """Each listed page (1-based) rendered to PNG, its longest side at most ``LONG_EDGE`` pixels."""
     import pypdfium2
 
