@@ -55,7 +55,7 @@ class CohereEmbedder(RemoteEmbedder):
         options = {"model": self.model, "input_type": _INPUT_TYPES[kind], "texts": texts,
                    "embedding_types": ["float"], "truncate": "NONE"}  # fmt: skip
         try:
-            response = await self._sdk().embed(**self.sized(options, "output_dimension"),
+            response = await self._sdk(self._new_client).embed(**self.sized(options, "output_dimension"),
                                                request_options={"max_retries": 0})  # fmt: skip
         except self._api_error as exc:
             raise self.sdk_failure(exc, getattr(exc, "status_code", None), getattr(exc, "body", None),

@@ -76,7 +76,7 @@ class GeminiEmbedder(RemoteEmbedder):
     async def request(self, texts: list[str], kind: InputKind) -> list[list[float]]:
         """One ``embed_content`` call (within ``GEMINI_MAX_BATCH_ITEMS``)."""
         try:
-            response = await self._sdk().aio.models.embed_content(model=self.model, contents=texts,
+            response = await self._sdk(self._new_client).aio.models.embed_content(model=self.model, contents=texts,
                                                                   config=self._options(kind))  # fmt: skip
         except httpx.TransportError as exc:  # includes the per-attempt timeout
             raise self.unreachable(exc) from exc

@@ -9,7 +9,7 @@ and implements :meth:`RemoteEmbedder.request` (one attempt: vectors, or a ``Retr
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
@@ -117,14 +117,12 @@ class RemoteEmbedder(Embedder):
             options[key] = self._output_dim
         return options
 
-    def _sdk(self) -> Any:
-        """The provider's SDK client, built on first use and kept until :meth:`aclose`."""
+    def _sdk(self, build: Callable[[], Any]) -> Any:
+        """The provider's SDK client, made by ``build`` on first use and kept until :meth:`aclose`
+        (an embedder that speaks HTTP itself never asks for one)."""
         if self._client is None:
-            self._client = self._new_client()
+            self._client = build()
         return self._client
-
-    def _new_client(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} speaks HTTP itself and builds no SDK client")
 
     def sdk_failure(self, exc: Exception, status: Any, body: Any, headers: Any, batch_size: int) -> Exception:
         """An SDK's error: with no HTTP status the provider was not reached (retryable), else what the

@@ -63,7 +63,7 @@ class VoyageEmbedder(RemoteEmbedder):
         """One ``embed`` call with Voyage's ``document``/``query`` input types."""
         options = {"texts": texts, "model": self.model, "input_type": kind, "truncation": kind == "query"}
         try:
-            result = await self._sdk().embed(**self.sized(options, "output_dimension"))
+            result = await self._sdk(self._new_client).embed(**self.sized(options, "output_dimension"))
         except self._voyage_error as exc:
             # a connection error or timeout may carry no status, or a stale one: it was not answered
             status = None if isinstance(exc, self._transport_errors) else getattr(exc, "http_status", None)
