@@ -349,6 +349,21 @@ def test_the_iterative_budget_grows_as_the_slice_shrinks() -> None:
     assert tiny.ef_search == 800 and tiny.max_scan_tuples == planner.MAX_SCAN_TUPLES_CAP
 
 
+def test_an_unfiltered_search_list_grows_with_the_index() -> None:
+    """Small indexes keep their recall at a short list; it lengthens geometrically up to a million rows."""
+    sizes = [1_000, 12_921, 20_000, 50_000, 200_000, 999_999, 1_000_000, 50_000_000]
+    lists = [planner.unfiltered_ef_search(n) for n in sizes]
+    assert lists[:3] == [planner.UNFILTERED_SMALL_EF_SEARCH] * 3
+    assert lists[-2:] == [planner.UNFILTERED_EF_SEARCH] * 2
+    assert lists == sorted(lists) and planner.UNFILTERED_SMALL_EF_SEARCH < lists[4] < planner.UNFILTERED_EF_SEARCH
+    assert planner.unfiltered_ef_search(None) == planner.UNFILTERED_EF_SEARCH  # unknown size: the large list
+    small = VectorPlan(planner.ANN, 12_921, total=12_921, unfiltered=True)
+    planner.ann_settings(small, 50)
+    assert small.ef_search == planner.UNFILTERED_SMALL_EF_SEARCH
+    planner.ann_settings(small, 200)  # never shorter than the rows asked for
+    assert small.ef_search == 200
+
+
 async def test_a_spread_slice_uses_the_index_and_a_regional_one_scans_exactly(
     database_url: str, own_pool: AsyncEngine
 ) -> None:
