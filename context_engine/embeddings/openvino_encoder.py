@@ -7,10 +7,11 @@ with OpenVINO's own graph builder from the same safetensors weights the numpy pa
 graph uses ONNX Runtime's contrib ops, which OpenVINO does not read), so nothing is downloaded.
 
 Unlike ``onnx_encoder``, the model also does the embedding sum and layer norm before the layers and
-the mean pooling and L2 normalisation after them: done in numpy they cost about a tenth of a batch's
-CPU time beside this encoder (benchmarks/README.md, "Local embedder"), and the model's output is then
-one vector per text rather than every token's hidden state. Only the word-piece lookup stays in
-numpy, since it reads the 47 MB table row by row. The model takes those rows and a 0/1 mask.
+the mean pooling and L2 normalisation after them: in numpy those passes took about a tenth of this
+encoder's CPU time, and the model then returns one vector per text instead of every token's hidden
+state for numpy to pool (benchmarks/README.md, "Local embedder", has what it gained). Only the
+word-piece lookup stays in numpy, since it reads the 47 MB table row by row. The model takes those
+rows and a 0/1 mask.
 """
 
 from __future__ import annotations
