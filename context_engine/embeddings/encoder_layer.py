@@ -1,5 +1,6 @@
-"""The weights of one encoder layer, shared by the numpy encoder (``local``) and its onnx graph
-(``onnx_encoder``), so that neither imports the other."""
+"""The weights of the encoder's input embeddings and of one encoder layer, shared by the numpy encoder
+(``local``) and its compiled graphs (``onnx_encoder``, ``openvino_encoder``), so that none imports
+another."""
 
 from __future__ import annotations
 
@@ -24,3 +25,14 @@ class EncoderLayer:
     ffn_out_b: np.ndarray
     ln2_w: np.ndarray
     ln2_b: np.ndarray
+
+
+@dataclass(frozen=True)
+class InputEmbeddings:
+    """What turns word-piece rows into the first layer's input: the position table (positions x
+    hidden), the type-0 token-type row and the embedding layer norm's weight and bias."""
+
+    position: np.ndarray
+    token_type0: np.ndarray
+    ln_w: np.ndarray
+    ln_b: np.ndarray

@@ -26,7 +26,7 @@ import numpy as np
 
 from context_engine.config import EmbeddingConfig
 from context_engine.embeddings.base import Embedder, InputKind
-from context_engine.embeddings.encoder_layer import EncoderLayer
+from context_engine.embeddings.encoder_layer import EncoderLayer, InputEmbeddings
 from context_engine.embeddings.onnx_encoder import OnnxEncoder, onnx_runtime_available
 from context_engine.embeddings.openvino_encoder import openvino_available
 from context_engine.embeddings.weights import SafetensorsFile, WeightsError
@@ -212,10 +212,17 @@ def _gelu_inplace(h: np.ndarray) -> None:
 
 
 class LayerRunner(Protocol):
-    """A compiled encoder stack (ONNX Runtime or OpenVINO): normalised embeddings and mask in,
-    last hidden states out."""
+    """A compiled encoder stack (ONNX Runtime): normalised embeddings and mask in, last hidden
+    states out."""
 
     def run(self, hidden_in: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
+
+
+class SentenceRunner(Protocol):
+    """A compiled model of everything after the word-piece lookup (OpenVINO): word rows and mask in,
+    unit-length sentence vectors out."""
+
+    def vectors(self, word_rows: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
 
 
 class _MiniLMModel:
@@ -279,6 +286,7 @@ class _MiniLMModel:
             )
         self.dim = self.hidden
         self._encoder: LayerRunner | None = None
+        self._sentence_encoder: SentenceRunner | None = None
         if backend == "onnxruntime":
             self._encoder = OnnxEncoder(
                 self.layers, hidden=self.hidden, heads=self.heads, eps=self.eps, threads=threads
@@ -286,10 +294,13 @@ class _MiniLMModel:
         elif backend == "openvino":
             from context_engine.embeddings.openvino_encoder import OpenVinoEncoder
 
-            self._encoder = OpenVinoEncoder(
-                self.layers, hidden=self.hidden, heads=self.heads, eps=self.eps, threads=threads
+            embeddings = InputEmbeddings(
+                position=self.position, token_type0=self.token_type0, ln_w=self.emb_ln_w, ln_b=self.emb_ln_b
             )
-        if self._encoder is not None:
+            self._sentence_encoder = OpenVinoEncoder(
+                embeddings, self.layers, hidden=self.hidden, heads=self.heads, eps=self.eps, threads=threads
+            )
+        if self._encoder is not None or self._sentence_encoder is not None:
             self.layers = []  # the compiled graph holds its own copy of the layer weights
 
     def encode(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
@@ -303,6 +314,8 @@ class _MiniLMModel:
             mask[row, : len(seq)] = 1.0
 
         x = self.word.take(ids)
+        if self._sentence_encoder is not None:
+            return self._sentence_encoder.vectors(x, mask)
         x += self.position[:length]
         x += self.token_type0
         x = _layer_norm(x, self.emb_ln_w, self.emb_ln_b, self.eps)
