@@ -107,7 +107,7 @@ def build_model(
 
 
 class OpenVinoEncoder:
-    """One compiled OpenVINO model from word-piece rows to sentence vectors; ``run`` is safe from
+    """One compiled OpenVINO model from word-piece rows to sentence vectors; ``vectors`` is safe from
     several threads (each calling thread keeps its own infer request)."""
 
     def __init__(
