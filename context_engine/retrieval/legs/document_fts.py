@@ -18,9 +18,12 @@ Cost: one statement, no statistics of its own. A current read takes the query te
 from the BM25 postings (migration 0020) and each posting's document, each scored document's length
 and the count of visible documents from two narrow indexes over the current chunks (migration
 0027, applied only for a store that weights this leg; without them the same statement reads chunk
-rows instead), reading no chunk row but the answer's. It is not pruned: every document holding a query term
-is scored before the best are known; see benchmarks/README.md ("Retrieval quality") for what it
-costs and what it buys.
+rows instead), reading no chunk row but the answer's. Every document holding a query term is
+bounded from the postings alone; only those whose bound reaches a floor taken from the best-bounded
+read their length and are scored (:data:`_PRUNED_SQL`), so the answer is the one scoring every
+document gives. What is still paid per search for every such document is its postings and their
+chunks' document; and the count of visible documents reads every visible chunk's index entry. See
+benchmarks/README.md ("Retrieval quality") for what it costs and what it buys.
 """
 
 from __future__ import annotations
@@ -243,8 +246,8 @@ class DocumentFullTextLeg:
 
     name = "document_fts"
     #: off by default: half A of SciFact's test queries chooses it (with the vector leg, 0.7263 on
-    #: half B against 0.7245 for the defaults; every leg at 1: 0.7373 on all 300) but it is not pruned
-    #: and adds to every search (benchmarks/README.md, "Retrieval quality")
+    #: half B against 0.7245 for the defaults; every leg at 1: 0.7373 on all 300) but it adds to every
+    #: search, most of all the count of visible documents (benchmarks/README.md, "Retrieval quality")
     default_weight = 0.0
     #: every chunk of a document carries the document's score (fusion ranks them as one)
     scores_documents = True
