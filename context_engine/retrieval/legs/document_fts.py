@@ -165,9 +165,12 @@ _PRUNED_SQL = (
 _SCORE = "sum(w.idf * tf.tf * (:dl_k1 + 1) / (tf.tf + :dl_k1 * (1 - :dl_b + :dl_b * dl.dl / w.avgdl)))"
 #: a document's length over its chunks the statistics count, for ``b.document_id``
 _LENGTH = "SELECT sum(c.tsv_tokens)::float8 FROM ce_chunks c WHERE c.document_id = b.document_id AND {stats}"
-#: whether ``b.document_id`` has a candidate chunk: one matching the tsquery and the caller's pins
+#: whether ``b.document_id`` has a candidate chunk: one matching the tsquery and the caller's pins.
+#: The match is spelled as the function behind ``@@`` so that it is tested on the document's few chunk
+#: rows: as an operator the planner may AND the text index's bitmap for the whole query into every test
+#: (at 200,000 chunks, 7 ms a document for a 1% caller's query).
 _CANDIDATE = (
-    "(SELECT TRUE FROM ce_chunks c WHERE c.document_id = b.document_id AND c.tsv @@ (SELECT q.q FROM q) "
+    "(SELECT TRUE FROM ce_chunks c WHERE c.document_id = b.document_id AND ts_match_vq(c.tsv, (SELECT q.q FROM q)) "
     "AND {cand} LIMIT 1)"
 )
 
