@@ -22,7 +22,8 @@ rows instead), reading no chunk row but the answer's. Every document holding a q
 bounded from the postings alone; only those whose bound reaches a floor taken from the best-bounded
 read their length and are scored (:data:`_PRUNED_SQL`), so the answer is the one scoring every
 document gives. What is still paid per search for every such document is its postings and their
-chunks' document; and the count of visible documents reads every visible chunk's index entry. See
+chunks' document; and the count of visible documents reads every current chunk's index entry (a
+restricted caller's matched to their visible groups by key). See
 benchmarks/README.md ("Retrieval quality") for what it costs and what it buys.
 """
 
