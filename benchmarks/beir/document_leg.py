@@ -1,13 +1,17 @@
-"""What the document full-text leg costs, scored from the postings and from each chunk's ``tsvector``.
+"""What the document full-text leg costs, by each way it can score: the bounded postings pass (the
+leg's own), every document scored from the postings (the pass before it) and from each chunk's
+``tsvector`` (a past read's).
 
     python benchmarks/beir/document_leg.py --data PATH/TO/scifact --cache PATH/TO/cache --store DIR
 
-Uses the plain-text store that ``halves.py`` builds (``--store``; ingested first if it is not there).
-For each test query, in turn and alternating which goes first, the leg alone
-(:func:`context_engine.retrieval.legs.document_fts.document_fts_leg`) both ways, as a trusted caller
-and as a caller holding one principal (whose statistics are scoped to what they may see), at
-``--limit`` documents. Printed: each way's p50 and p95, and on how many queries both gave the same
-chunks in the same order with the same scores (to 1e-9).
+Uses the plain-text store that ``halves.py`` builds (``--store``; ingested first if it is not there),
+with the leg's chunk indexes (migration 0027) built. For each test query, in turn and rotating which
+goes first, the leg alone (:func:`context_engine.retrieval.legs.document_fts.document_fts_leg`) each
+way of ``--passes``, as a trusted caller and as a caller holding one principal (whose statistics are
+scoped to what they may see), at ``--limit`` documents. Printed: each way's p50 and p95, on how many
+queries every way gave the same chunks in the same order with the same scores (to 1e-9) as the
+first, and, for the bounded pass, the mean number of documents holding a query term and of those
+scored.
 """
 
 from __future__ import annotations
@@ -41,14 +45,22 @@ def same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
     )
 
 
+#: the ways the leg can score: (postings, pruned)
+PASSES = {"bounded": (True, True), "postings": (True, False), "tsvector": (False, False)}
+
+
 async def main(args: argparse.Namespace) -> None:
     dataset = load_beir(args.data)
     queries = [dataset.queries[q] for q in dataset.qrels if q in dataset.queries][: args.queries]
-    engine = await build(dataset, args.store, args.cache)
+    engine = await build(dataset, args.store, args.cache, {"fusion": {"weights": {"document_fts": 1.0}}})
     cfg = engine.config.search
-    db = await engine.database()
+    db = await engine.database()  # weighting the leg builds its chunk indexes here
+    passes = [p for p in args.passes.split(",") if p]
+    counts: dict[str, list[int]] = {"documents": [], "scored": []}
 
-    async def timed(query: str, scope: ReadScope, postings: bool) -> tuple[float, list[tuple[int, float]]]:
+    async def timed(query: str, scope: ReadScope, way: str) -> tuple[float, list[tuple[int, float]]]:
+        postings, pruned = PASSES[way]
+        report: dict[str, int] = {}
         started = time.perf_counter()
         found = await document_fts_leg(
             db,
@@ -61,35 +73,47 @@ async def main(args: argparse.Namespace) -> None:
             k1=cfg.bm25.k1,
             b=cfg.bm25.b,
             postings=postings,
+            pruned=pruned,
+            report=report,
         )
-        return (time.perf_counter() - started) * 1000, found
+        took = (time.perf_counter() - started) * 1000
+        if report:
+            for key in counts:
+                counts[key].append(report[key])
+        return took, found
 
     try:
         for query in queries[:3]:  # warm the pool and the caches
-            for postings in (True, False):
-                await timed(query, ReadScope(None), postings)
+            for way in passes:
+                await timed(query, ReadScope(None), way)
+        counts = {key: [] for key in counts}
         print(f"load before: {load()}")
         rows = []
         for label, scope in (("trusted", ReadScope(None)), ("one principal", ReadScope(("user:bench",)))):
-            ms: dict[bool, list[float]] = {True: [], False: []}
+            ms: dict[str, list[float]] = {way: [] for way in passes}
             agree = 0
             for n, query in enumerate(queries):
-                order = (True, False) if n % 2 == 0 else (False, True)
+                order = passes[n % len(passes) :] + passes[: n % len(passes)]
                 found = {}
-                for postings in order:
-                    took, found[postings] = await timed(query, scope, postings)
-                    ms[postings].append(took)
-                agree += same(found[True], found[False])
-            for postings, name in ((True, "postings"), (False, "tsvector")):
-                values = ms[postings]
-                rows.append(f"| {label} | {name} | {statistics.median(values):.1f} | {percentile(values, 95):.1f} |")
+                for way in order:
+                    took, found[way] = await timed(query, scope, way)
+                    ms[way].append(took)
+                agree += all(same(found[way], found[passes[0]]) for way in passes)
+            for way in passes:
+                values = ms[way]
+                rows.append(f"| {label} | {way} | {statistics.median(values):.1f} | {percentile(values, 95):.1f} |")
             rows.append(f"| {label} | same answer | {agree} of {len(queries)} | |")
         print(f"load after: {load()}")
     finally:
         await engine.aclose()
     print(f"\n{len(queries)} queries, the document leg alone at limit {args.limit}\n")
-    print("| caller | scored from | p50 ms | p95 ms |\n|---|---|---:|---:|")
+    print("| caller | scored by | p50 ms | p95 ms |\n|---|---|---:|---:|")
     print("\n".join(rows))
+    if counts["documents"]:
+        print(
+            f"\nbounded pass: {statistics.mean(counts['documents']):.0f} documents hold a query term, "
+            f"{statistics.mean(counts['scored']):.0f} scored (means over {len(counts['documents'])} runs)"
+        )
 
 
 def parse() -> argparse.Namespace:
@@ -99,6 +123,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--store", required=True, type=Path, help="the store halves.py builds (kept between runs)")
     parser.add_argument("--queries", type=int, default=300, help="the first N test queries")
     parser.add_argument("--limit", type=int, default=50, help="documents the leg returns")
+    parser.add_argument("--passes", default="bounded,postings", help=f"comma-separated, of {', '.join(PASSES)}")
     return parser.parse_args()
 
 

@@ -166,7 +166,7 @@ async def compare(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, A
             server["sizes"] = scale.index_size(urls[name])
             results["servers"][name] = server
         if args.latency_queries:
-            latency = await scale.latency_phase(engines, vocab, layout, args.latency_queries)
+            latency = await scale.latency_phase(engines, vocab, layout, args.latency_queries, args.alone)
             for name in engines:
                 results["servers"][name]["latency"] = latency[name]
             print(json.dumps(latency), flush=True)

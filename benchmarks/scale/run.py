@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from context_engine.retrieval import planner, registry
 from context_engine.retrieval.legs.vector import plan_for, vector_leg
 from context_engine.retrieval.planner import VectorPlan
 from context_engine.storage import embedded
+from context_engine.storage.migrate import migrate
 from context_engine.storage.predicates import ReadScope
 
 HERE = Path(__file__).resolve().parent
@@ -253,9 +254,15 @@ def query_texts(vocab: sc.Vocabulary, count: int) -> list[str]:
 
 
 async def latency_phase(
-    engines: dict[str, ContextEngine], vocab: sc.Vocabulary, layout: sc.Layout, count: int
+    engines: dict[str, ContextEngine],
+    vocab: sc.Vocabulary,
+    layout: sc.Layout,
+    count: int,
+    alone: Sequence[str] = ("fts",),
 ) -> dict[str, dict]:
-    """Fused search latency per caller, for each of ``engines`` (holding the same data), keyed by name.
+    """Fused search latency per caller, for each of ``engines`` (holding the same data), keyed by name,
+    then each leg of ``alone`` by itself (``search`` with every other leg weighted 0), keyed
+    ``"<leg> <caller>"``.
 
     With several engines the queries are interleaved: each query is asked of every engine in turn
     (the order alternating from query to query), so a change of the machine's load falls on all."""
@@ -292,19 +299,20 @@ async def latency_phase(
         for label, principals in callers.items():
             for k in (10, 100):
                 await timed(f"{label} top_k={k}", principals, k)
-        # the full-text leg alone: every other leg weighted 0 (so no query embedding either)
+        # each lexical leg alone: every other leg weighted 0 (so no query embedding either)
         fused = {name: engine.config for name, engine in engines.items()}
-        for name, engine in engines.items():
-            weights = {leg: 0.0 for leg in registry.names()} | {"fts": 1.0}
-            engine.config = fused[name].model_copy(
-                update={"fusion": fused[name].fusion.model_copy(update={"weights": weights})}
-            )
-        try:
-            for label, principals in callers.items():
-                await timed(f"fts {label}", principals, 10)
-        finally:
+        for single in alone:
             for name, engine in engines.items():
-                engine.config = fused[name]
+                weights = {leg: 0.0 for leg in registry.names()} | {single: 1.0}
+                engine.config = fused[name].model_copy(
+                    update={"fusion": fused[name].fusion.model_copy(update={"weights": weights})}
+                )
+            try:
+                for label, principals in callers.items():
+                    await timed(f"{single} {label}", principals, 10)
+            finally:
+                for name, engine in engines.items():
+                    engine.config = fused[name]
     for name in engines:
         out[name]["peak_rss_search_mb"] = round(rss.peak / 2**20)
         out[name]["load_average_after"] = load_average()
@@ -497,6 +505,10 @@ def markdown(results: dict[str, Any]) -> str:
         for label in ("trusted", "1%", "30%"):
             a, c, f = lat[f"{label} top_k=10"], lat[f"{label} top_k=100"], lat[f"fts {label}"]
             lines.append(f"| {label} | {a['p50_ms']} / {a['p95_ms']} | {c['p50_ms']} / {c['p95_ms']} | {f['p50_ms']} |")
+        others = [key for key in lat if key.startswith("document_fts ")]
+        if others:
+            lines += ["", "| leg alone, caller | p50 / p95 ms |", "|---|---|"]
+            lines += [f"| {key} | {lat[key]['p50_ms']} / {lat[key]['p95_ms']} |" for key in others]
     if "recall" in results:
         lines += [
             "",
@@ -546,9 +558,12 @@ async def measure(args: argparse.Namespace, url: str, fresh: bool) -> dict[str, 
             if args.ordinary:
                 results["ordinary"] = await ordinary_phase(engine, layout, vocab, args.ordinary)
                 print(json.dumps(results["ordinary"]), flush=True)
+        if "document_fts" in args.alone:  # that leg's chunk indexes (migration 0027), as weighting it builds them
+            await migrate(await engine.database(), dim=DIM, document_fts=True, halfvec=args.halfvec)
         results["sizes"] = index_size(url)
         if args.latency_queries:
-            results["latency"] = (await latency_phase({"": engine}, vocab, layout, args.latency_queries))[""]
+            timed = await latency_phase({"": engine}, vocab, layout, args.latency_queries, args.alone)
+            results["latency"] = timed[""]
             print(json.dumps(results["latency"]), flush=True)
         if args.queries:
             results["recall"] = (await recall_phase({"": engine}, layout, args.queries, args.cell_seconds))[""]
@@ -586,6 +601,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-buffers", default="1GB")
     parser.add_argument("--out", type=Path, default=HERE / "results.json")
     parser.add_argument("--halfvec", action="store_true", help="HNSW over halfvec; built first on --reuse")
+    parser.add_argument(
+        "--alone",
+        type=lambda v: tuple(x for x in v.split(",") if x),
+        default=("fts",),
+        help="legs timed alone after the fused searches, comma-separated (fts, document_fts; default fts)",
+    )
 
 
 def main() -> int:

@@ -18,9 +18,13 @@ Cost: one statement, no statistics of its own. A current read takes the query te
 from the BM25 postings (migration 0020) and each posting's document, each scored document's length
 and the count of visible documents from two narrow indexes over the current chunks (migration
 0027, applied only for a store that weights this leg; without them the same statement reads chunk
-rows instead), reading no chunk row but the answer's. It is not pruned: every document holding a query term
-is scored before the best are known; see benchmarks/README.md ("Retrieval quality") for what it
-costs and what it buys.
+rows instead), reading no chunk row but the answer's. Every document holding a query term is
+bounded from the postings alone; only those whose bound reaches a floor taken from the best-bounded
+read their length and are scored (:data:`_PRUNED_SQL`), so the answer is the one scoring every
+document gives. What is still paid per search for every such document is its postings and their
+chunks' document; and the count of visible documents reads every current chunk's index entry (a
+restricted caller's matched to their visible groups by key). See
+benchmarks/README.md ("Retrieval quality") for what it costs and what it buys.
 """
 
 from __future__ import annotations
@@ -111,6 +115,77 @@ _POSTINGS_SQL = (
 )
 
 
+#: The postings pass again, with a bound that spares most documents their exact scoring. What needs
+#: only the postings is still computed for every document holding a query term: the statistics, each
+#: term's frequency in the document (summed over its visible chunks) and, from the lengths the
+#: postings carry, the length of the document's chunks that hold a query term. That length is at most
+#: the document's, and BM25 falls with length, so the score at it bounds the document's from above
+#: (exactly, when every visible chunk holds a term). The best-bounded documents with a candidate chunk
+#: are then scored exactly, ``dl_seed`` of them; the ``limit``-th of those scores is a floor under the
+#: answer's last, so a document bounded below it cannot be in the answer, and only the documents that
+#: reach it read their length (one index-only probe each) and are scored.
+_PRUNED_SQL = (
+    "WITH vis AS MATERIALIZED (SELECT g.group_id, g.tokens, g.source_id, g.acl FROM ce_bm25_groups g WHERE {groups}), "
+    "q AS MATERIALIZED (SELECT {tsquery} AS q), "
+    "tot AS MATERIALIZED (SELECT (SELECT count(DISTINCT c.document_id) FROM {counted})::float8 AS n, "
+    "(SELECT coalesce(sum(vis.tokens), 0) FROM vis)::float8 AS tokens), "
+    "m AS MATERIALIZED (SELECT (SELECT c.document_id FROM ce_chunks c WHERE c.id = p.chunk_id AND c.valid_to IS NULL) "
+    "AS document_id, p.chunk_id, p.lexeme, p.tf, p.tokens FROM ce_bm25_postings p {join_vis}"
+    "WHERE p.lexeme = ANY(CAST(:dl_lex AS text[]))), "
+    "tf AS MATERIALIZED (SELECT m.document_id, m.lexeme, sum(m.tf)::float8 AS tf FROM m "
+    "GROUP BY m.document_id, m.lexeme), "
+    "w AS MATERIALIZED (SELECT d.lexeme, ln(1 + (tot.n - d.df + 0.5) / (d.df + 0.5)) AS idf, "
+    "greatest(tot.tokens / greatest(tot.n, 1), 1) AS avgdl "
+    "FROM (SELECT tf.lexeme, count(*)::float8 AS df FROM tf GROUP BY tf.lexeme) d CROSS JOIN tot), "
+    # the length of each document's chunks that hold a query term: at most the document's length
+    "lo AS (SELECT x.document_id, sum(x.tokens)::float8 AS dl FROM (SELECT DISTINCT m.document_id, m.chunk_id, "
+    "m.tokens FROM m) x GROUP BY x.document_id), "
+    "ub AS MATERIALIZED (SELECT tf.document_id, {score} AS ub FROM lo dl JOIN tf ON tf.document_id = dl.document_id "
+    "JOIN w ON w.lexeme = tf.lexeme GROUP BY tf.document_id), "
+    # the best-bounded documents with a candidate chunk, scored exactly: their limit-th score is the floor
+    "seed AS MATERIALIZED (SELECT b.document_id, ({length}) AS dl FROM (SELECT ub.document_id, ub.ub FROM ub "
+    "ORDER BY ub.ub DESC, ub.document_id OFFSET 0) b WHERE {candidate} ORDER BY b.ub DESC, b.document_id "
+    "LIMIT :dl_seed), "
+    "sx AS (SELECT tf.document_id, {score} AS r FROM seed dl JOIN tf ON tf.document_id = dl.document_id "
+    "JOIN w ON w.lexeme = tf.lexeme GROUP BY tf.document_id), "
+    "fl AS MATERIALIZED (SELECT coalesce((SELECT sx.r FROM sx ORDER BY sx.r DESC OFFSET :dl_floor_at LIMIT 1), "
+    "CAST('-Infinity' AS float8)) AS f), "
+    # only the documents whose bound reaches the floor read their length and are scored
+    "reach AS MATERIALIZED (SELECT b.document_id, ({length}) AS dl FROM ub b CROSS JOIN fl "
+    "WHERE b.ub * (1 + 1e-9) >= fl.f), "
+    "s AS (SELECT tf.document_id, {score} AS r FROM reach dl JOIN tf ON tf.document_id = dl.document_id "
+    "JOIN w ON w.lexeme = tf.lexeme GROUP BY tf.document_id), "
+    "top AS MATERIALIZED (SELECT b.document_id, b.r FROM (SELECT s.document_id, s.r FROM s "
+    "ORDER BY s.r DESC, s.document_id OFFSET 0) b WHERE {candidate} "
+    "ORDER BY b.r DESC, b.document_id LIMIT :limit) "
+    "SELECT c.id, top.r, (SELECT count(*) FROM ub), (SELECT count(*) FROM reach) FROM top "
+    "JOIN ce_chunks c ON c.document_id = top.document_id WHERE {cand} ORDER BY top.r DESC, top.document_id, c.id"
+)
+
+#: the chunks the statistics count, for a caller with a visibility condition: those of the visible
+#: (source, ACL) groups, matched by key (a group row exists while any of its chunks is current), where
+#: testing the ACL overlap on every current chunk cost seconds at 200,000 chunks for a caller holding
+#: 300 principals
+_COUNTED_BY_GROUP = "ce_chunks c JOIN vis ON vis.source_id = c.source_id AND vis.acl = c.acl WHERE {live}"
+
+#: a document's BM25 score from its rows of ``tf`` joined to ``w``, at the length ``dl.dl``
+_SCORE = "sum(w.idf * tf.tf * (:dl_k1 + 1) / (tf.tf + :dl_k1 * (1 - :dl_b + :dl_b * dl.dl / w.avgdl)))"
+#: a document's length over its chunks the statistics count, for ``b.document_id``
+_LENGTH = "SELECT sum(c.tsv_tokens)::float8 FROM ce_chunks c WHERE c.document_id = b.document_id AND {stats}"
+#: whether ``b.document_id`` has a candidate chunk: one matching the tsquery and the caller's pins.
+#: The match is spelled as the function behind ``@@`` so that it is tested on the document's few chunk
+#: rows: as an operator the planner may AND the text index's bitmap for the whole query into every test
+#: (at 200,000 chunks, 7 ms a document for a 1% caller's query).
+_CANDIDATE = (
+    "(SELECT TRUE FROM ce_chunks c WHERE c.document_id = b.document_id AND ts_match_vq(c.tsv, (SELECT q.q FROM q)) "
+    "AND {cand} LIMIT 1)"
+)
+
+#: documents scored exactly, per result row asked for, before the floor is read: more raise the floor
+#: (fewer documents reach it) and cost their own probes
+SEED_FACTOR = 1
+
+
 async def document_fts_leg(
     db: AsyncEngine,
     query: str,
@@ -123,6 +198,8 @@ async def document_fts_leg(
     k1: float = 1.2,
     b: float = 0.75,
     postings: bool = True,
+    pruned: bool = True,
+    report: dict[str, Any] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best documents by BM25 over their visible chunks, as ``(chunk_id, score)``:
     every visible chunk of each, with its document's score, best document first.
@@ -130,7 +207,10 @@ async def document_fts_leg(
     Candidates are the documents with a chunk matching the query's tsquery (``match`` as for the
     chunk leg, negated terms included); the positive lexemes are scored. A current read on a single
     node is scored from the postings (``postings=False``: from each chunk's ``tsvector``, the same
-    answer); a past read, or a distributed schema, from the chunks' ``tsvector``.
+    answer), with the bound that skips documents below the floor (``pruned=False``: every document
+    scored, the same answer); a past read, or a distributed schema, from the chunks' ``tsvector``.
+    ``report``, when given, receives ``documents`` (documents holding a query term) and ``scored``
+    (of them, those whose bound reached the floor and were scored) from the bounded pass.
     """
     params: dict[str, Any] = {"lx_cfg": config, "limit": limit, "dl_k1": float(k1), "dl_b": float(b)}
     tsq = lexical.tsquery_sql(query, match=match, params=params, stopwords=stopwords)
@@ -145,17 +225,31 @@ async def document_fts_leg(
         stats = statistics_scope(scope)
         if postings and scope.as_of is None and not await layout.distributed(conn):
             groups = visibility("g", params, principals=stats.principals, source_ids=stats.source_ids)
-            statement = _POSTINGS_SQL.format(
-                groups=groups,
-                join_vis="" if groups == "TRUE" else "JOIN vis ON vis.group_id = p.group_id ",
-                tsquery=tsq,
-                stats=stats.predicate("c", params),
-                cand=scope.predicate("c", params),
-            )
+            stats_sql, cand_sql = stats.predicate("c", params), scope.predicate("c", params)
+            parts = {
+                "groups": groups,
+                "join_vis": "" if groups == "TRUE" else "JOIN vis ON vis.group_id = p.group_id ",
+                "tsquery": tsq,
+                "stats": stats_sql,
+                "cand": cand_sql,
+            }
+            if pruned:
+                params["dl_seed"] = max(1, SEED_FACTOR * limit)
+                params["dl_floor_at"] = max(0, limit - 1)
+                parts["score"] = _SCORE
+                parts["length"] = _LENGTH.format(stats=stats_sql)
+                parts["candidate"] = _CANDIDATE.format(cand=cand_sql)
+                by_group = _COUNTED_BY_GROUP.format(live=stats.live("c", params))
+                parts["counted"] = f"ce_chunks c WHERE {stats_sql}" if groups == "TRUE" else by_group
+                statement = _PRUNED_SQL.format(**parts)
+            else:
+                statement = _POSTINGS_SQL.format(**parts)
         else:
             params["dl_any"] = " | ".join(lexeme_query(x) for x in lexemes)
             statement = _SQL.format(tsquery=tsq, stats=stats.predicate("c", params), cand=scope.predicate("c", params))
         rows = (await conn.execute(text(statement), params)).all()
+    if report is not None and rows and len(rows[0]) > 2:  # the bounded pass's counts
+        report.update({"documents": int(rows[0][2]), "scored": int(rows[0][3])})
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
@@ -164,8 +258,8 @@ class DocumentFullTextLeg:
 
     name = "document_fts"
     #: off by default: half A of SciFact's test queries chooses it (with the vector leg, 0.7263 on
-    #: half B against 0.7245 for the defaults; every leg at 1: 0.7373 on all 300) but it is not pruned
-    #: and adds to every search (benchmarks/README.md, "Retrieval quality")
+    #: half B against 0.7245 for the defaults; every leg at 1: 0.7373 on all 300) but it adds to every
+    #: search, most of all the count of visible documents (benchmarks/README.md, "Retrieval quality")
     default_weight = 0.0
     #: every chunk of a document carries the document's score (fusion ranks them as one)
     scores_documents = True
