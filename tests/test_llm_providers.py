@@ -4,6 +4,7 @@ JSON with one re-ask, retries and per-attempt timeouts, host clients, secrets ke
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -266,21 +267,28 @@ async def test_a_client_error_is_not_retried(server: FakeHTTPServer) -> None:
 
 
 async def test_the_timeout_is_per_attempt(server: FakeHTTPServer) -> None:
+    """Each attempt is cut at the timeout: both fail while the server is still holding its replies."""
+    release = threading.Event()
+
     def stall(_b: Any, _h: dict[str, str], _t: Any) -> Any:
-        time.sleep(1.5)
+        release.wait(120)
         return 200, {}, completion(GOOD)
 
     server.route("POST", "/v1/chat/completions", stall)
     llm = build_llm(custom(server, max_retries=1, timeout=0.3))
     llm.backoff_base = 0.01  # type: ignore[attr-defined]
     started = time.perf_counter()
-    with pytest.raises(ProviderError) as failed:
-        await structured_call(llm, system="s", user="u", schema=SCHEMA)
+    try:
+        with pytest.raises(ProviderError) as failed:
+            await structured_call(llm, system="s", user="u", schema=SCHEMA)
+        cut_before_any_reply = not release.is_set()
+    finally:
+        release.set()
     elapsed = time.perf_counter() - started
     await llm.aclose()
     assert failed.value.code == "provider_unavailable" and "Timeout" in failed.value.message
-    assert len(server.requests) == 2  # two attempts, each cut at 0.3 s
-    assert 0.6 <= elapsed < 1.4
+    assert cut_before_any_reply and len(server.requests) == 2  # two attempts, each cut, not waited out
+    assert elapsed >= 0.6  # each attempt waited its 0.3 s
 
 
 # ------------------------------------------------------------------------------------ secrets, clients
