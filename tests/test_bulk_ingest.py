@@ -16,7 +16,7 @@ from sqlalchemy import text
 from context_engine import TRUSTED, ContextEngine
 from context_engine.cli import main
 from context_engine.embeddings.base import InputKind
-from context_engine.errors import ContextEngineError, Forbidden, InvalidRequest, ProviderError
+from context_engine.errors import ContextEngineError, Forbidden, IngestTooLarge, InvalidRequest, ProviderError
 from context_engine.ingest.bulk import REBUILT_INDEXES, BulkDocument
 from tests.conftest import make_config
 from tests.fakes.word_embedder import WordEmbedder
@@ -262,6 +262,23 @@ async def test_an_acl_the_caller_does_not_hold_is_forbidden(words_engine: Contex
     assert rows(database_url, "SELECT count(*) FROM ce_documents") == [(0,)]
     report = await words_engine.bulk_ingest([{"text": "mine", "acl": ["team-a"]}], principals=["team-a"])
     assert report.documents == 1
+
+
+async def test_a_text_over_the_file_cap_is_refused_and_an_acl_not_held_is_checked_before_it(
+    database_url: str,
+) -> None:
+    config = make_config(database_url, ingest={"max_file_bytes": 64})
+    async with ContextEngine(config, embedder=WordEmbedder(16)) as eng:
+        over = {"text": "protein " * 20, "name": "over.md", "acl": ["team-b"]}
+        with pytest.raises(Forbidden):  # the ACL is checked before the text is read
+            await eng.bulk_ingest([{"text": "a short one", "acl": ["team-a"]}, over], principals=["team-a"])
+        with pytest.raises(IngestTooLarge) as caught:
+            await eng.bulk_ingest([{"text": "a short one", "name": "short.md"}, {**over, "acl": []}])
+        assert caught.value.code == "too_large" and caught.value.status == 413
+        assert caught.value.details == {"knob": "ingest.max_file_bytes", "limit": 64, "actual": 160}
+        assert rows(database_url, "SELECT count(*) FROM ce_documents") == [(0,)]
+        report = await eng.bulk_ingest([{"text": "a short one", "name": "short.md"}])
+        assert report.documents == 1
 
 
 @pytest.mark.parametrize(

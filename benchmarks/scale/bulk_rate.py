@@ -8,8 +8,9 @@ It loads the same documents as ``run.py``'s first phase (ten chunks each, 1,000 
 given by a stand-in embedder, so embedding is excluded) through ``engine.bulk_ingest`` with the
 rebuilt indexes dropped beforehand and not built afterwards (``build_index=False`` on a table
 without them): the rate is what ``run.py`` reports as its load phase, minutes sooner. It then prints
-where the rows ended: the sizes of ``ce_chunks`` and of the BM25 statistics, and the load average
-before and after (the machine is shared; a rate means little without it).
+where the rows ended: the sizes of ``ce_chunks`` and of the BM25 statistics, the peak RSS of this
+process during the load (as ``run.py`` samples it), and the load average before and after (the
+machine is shared; a rate means little without it).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_corpus as sc
-from run import DIM, SOURCE, GivenVectorsEmbedder, documents, load_average
+from run import DIM, SOURCE, GivenVectorsEmbedder, PeakRss, documents, load_average
 
 from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.embeddings.factory import build_embedder
@@ -54,9 +55,10 @@ async def load(url: str, args: argparse.Namespace) -> dict[str, Any]:
             layout, vocab, embedder, layout.centres(DIM), start=0, stop=layout.rows, source_id=SOURCE, prefix="d"
         )
         before = load_average()
-        t0 = time.perf_counter()
-        report = await engine.bulk_ingest(docs, build_index=False, batch_chunks=args.batch_chunks)
-        wall = time.perf_counter() - t0
+        with PeakRss() as rss:
+            t0 = time.perf_counter()
+            report = await engine.bulk_ingest(docs, build_index=False, batch_chunks=args.batch_chunks)
+            wall = time.perf_counter() - t0
     with psycopg.connect(url) as conn:
         row = conn.execute(SIZES).fetchone()
     assert row is not None
@@ -68,6 +70,7 @@ async def load(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "wall_s": round(wall, 1),
         "embed_s": round(report.embed_seconds, 1),
         "bulk_chunks_per_s": round(report.chunks / max(1e-9, report.seconds - report.embed_seconds)),
+        "peak_rss_load_mb": round(rss.peak / 2**20),
         "ce_chunks_mb": round(row[0] / 2**20),
         "bm25_terms_mb": round(row[1] / 2**20),
         "bm25_term_rows": row[2],

@@ -239,10 +239,11 @@ class BulkLoader:
                     report.ordinary.append(await self._ordinary(doc, caller))
 
             while True:
-                docs = [self._scrubbed(document(d)) for d in islice(source, _PREPARE_SLICE)]
-                for doc in docs:
+                checked = [self._scrubbed(document(d)) for d in islice(source, _PREPARE_SLICE)]
+                for doc in checked:
                     if not holds_acl(doc.acl, caller):
                         raise Forbidden("you may only file a document under an ACL you hold")
+                docs = [self._opened(doc) for doc in checked]
                 # the next documents are extracted and chunked while the batch before them is written
                 pending += await asyncio.to_thread(self._prepare_all, docs)
                 while pending and (not docs or sum(_chunks(r) for r in pending) >= batch_chunks):
@@ -280,11 +281,21 @@ class BulkLoader:
         return report
 
     # ------------------------------------------------------------------ preparing
-    def _prepare_all(self, docs: list[BulkDocument]) -> list[_Ready | DocumentInput]:
-        """Open, extract and chunk (CPU work, in a thread). A document that cannot be stored as it
-        is stays opened, in its place, to be ingested the ordinary way (which records why) right
+    def _prepare_all(self, docs: list[DocumentInput]) -> list[_Ready | DocumentInput]:
+        """Extract and chunk (CPU work, in a thread). A document that cannot be stored as it is
+        stays as it came, in its place, to be ingested the ordinary way (which records why) right
         after the batch it falls in."""
         return [self._prepare(doc) for doc in docs]
+
+    def _opened(self, doc: BulkDocument) -> DocumentInput:
+        """The record of a checked document, opened on the event loop's thread rather than in the
+        preparing one. Why: a text's UTF-8 copy lives until its batch is written; made by a worker
+        thread, it sits in that thread's C allocator arena, which grows by it, while the caller's
+        string it replaces is freed into the main arena, which does not shrink for it, so the load
+        held more memory than its live objects. Encoding a text is cheap, and a path is only looked
+        up (its size against the cap)."""
+        source, name = open_source(doc.text, doc.file, doc.name, self.services.config.ingest.max_file_bytes)
+        return DocumentInput(source, name, doc.source_id, doc.acl, doc.attributes, doc.mime)
 
     def _scrubbed(self, doc: BulkDocument) -> BulkDocument:
         """Ingest-stage redaction of what is stored beside the text, as ``engine.ingest`` applies it
@@ -297,17 +308,14 @@ class BulkLoader:
             doc.mime = "text/html" if html else "text/markdown"
         return doc
 
-    def _prepare(self, doc: BulkDocument) -> _Ready | DocumentInput:
+    def _prepare(self, doc: DocumentInput) -> _Ready | DocumentInput:
         services = self.services
         embedder = services.embedder
-        cap = services.config.ingest.max_file_bytes
-        source, name = open_source(doc.text, doc.file, doc.name, cap)
-        opened = DocumentInput(source, name, doc.source_id, doc.acl, doc.attributes, doc.mime)
         budget = min(services.config.ingest.chunk_tokens, embedder.max_input_tokens)
         try:
             streamed = chunk_stream(
-                source,
-                name or UNNAMED,
+                doc.source,
+                doc.name or UNNAMED,
                 doc.mime,
                 budget,
                 embedder.count_tokens,
@@ -316,10 +324,10 @@ class BulkLoader:
             )
             prepared = prepare(streamed, embedder.count_tokens, input_cap=embedder.max_input_tokens, hold=1 << 62)
         except ExtractionFailed:
-            return opened
+            return doc
         if prepared.too_large is not None or prepared.chunks is None:
-            return opened
-        return _Ready(opened, name or unnamed_name(prepared.content_hash, doc.acl), prepared, prepared.chunks)
+            return doc
+        return _Ready(doc, doc.name or unnamed_name(prepared.content_hash, doc.acl), prepared, prepared.chunks)
 
     async def _ordinary(self, doc: DocumentInput, caller: tuple[str, ...] | None) -> DocumentReport:
         return await self.ingestor.ingest_document(doc, caller=caller)
