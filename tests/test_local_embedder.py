@@ -67,8 +67,10 @@ async def test_batched_and_padded_matches_sentence_transformers(embedder: LocalE
     """Mixed lengths share padded sub-batches; padding must not leak into any vector."""
     for kind in ("document", "query"):
         chosen = [item for item in ITEMS if item["kind"] == kind]
-        # repeat so the batch spans several sub-batches and both worker threads
-        batch = chosen * 12
+        # three copies span several sub-batches (both worker threads) and pad a long text beside a short
+        # one (documents: 4 sub-batches, a 200-piece text with a 51; queries: 3, a 256 with a 45);
+        # more copies only repeat those sub-batches, at the numpy path's cost
+        batch = chosen * 3
         vectors = await embedder.embed([item["text"] for item in batch], kind=kind)
         assert len(vectors) == len(batch)
         for item, vector in zip(batch, vectors, strict=True):
