@@ -179,6 +179,19 @@ def test_any_sheet_survives_chunking_and_comes_back_cell_for_cell(cells: list[li
     assert frame.values.tolist() == rows
 
 
+def test_a_row_split_by_words_keeps_its_row_end() -> None:
+    """A row too long for one chunk is cut between words; the cut must not eat the row's line break
+    (found by the property test above: the next row came back glued into this one's last cell)."""
+    cells = [['x0 00000000 0000000" 0000000"', 'x0 00000000 0000000" 00000"""'], ["x0", "x0"]]
+    rows = [[i, *pair] for i, pair in enumerate(cells, start=1)]
+    _mime, meta, chunks = chunk_stream(
+        csv_bytes([["id", "first", "second"], *rows]), "t.csv", None, 24, estimate_tokens, None
+    )
+    stored = [{"section": c.section, "kind": c.kind, "meta": c.meta, "text": c.text} for c in chunks]
+    assert sum(c["kind"] == "rows" for c in stored) > 2  # the first row itself was cut
+    assert document_frames(meta, stored)["t"].values.tolist() == rows
+
+
 def test_a_glued_row_boundary_in_text_columns_is_cut_at_the_last_sentence_break() -> None:
     rows = [["name", "note"], ["Acme", "Paid. Thanks."], ["Globex", "Open: call back."], ["Initech", "x"]]
     _mime, meta, chunks = chunk_stream(csv_bytes(rows), "t.csv", None, 8, estimate_tokens, None)

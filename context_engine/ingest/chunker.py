@@ -80,6 +80,10 @@ def _split(text: str, budget: int, count_tokens: Callable[[str], int]) -> Iterat
     for pattern in (_SENTENCE, _WS):
         parts = [p for p in pattern.split(text) if p.strip()]
         if len(parts) > 1:
+            if pattern is _WS and text.endswith("\r"):
+                # a sheet's row end (its CRLF split at the line feed): kept, so the pieces still
+                # read back as "\r " between rows (compute.frames.parse_sheet)
+                parts[-1] += "\r"
             yield from _pack(parts, budget, count_tokens, " ")
             return
     # one unbroken run (e.g. a long token): cut by characters
