@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
@@ -28,15 +27,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from halves import build  # noqa: E402
+from halves import build, load_average, store_parser  # noqa: E402
 
 from context_engine.evaluation import load_beir, percentile  # noqa: E402
 from context_engine.retrieval.legs.document_fts import document_fts_leg  # noqa: E402
 from context_engine.storage.predicates import ReadScope  # noqa: E402
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
@@ -87,7 +82,7 @@ async def main(args: argparse.Namespace) -> None:
             for way in passes:
                 await timed(query, ReadScope(None), way)
         counts = {key: [] for key in counts}
-        print(f"load before: {load()}")
+        print(f"load before: {load_average()}")
         rows = []
         for label, scope in (("trusted", ReadScope(None)), ("one principal", ReadScope(("user:bench",)))):
             ms: dict[str, list[float]] = {way: [] for way in passes}
@@ -103,7 +98,7 @@ async def main(args: argparse.Namespace) -> None:
                 values = ms[way]
                 rows.append(f"| {label} | {way} | {statistics.median(values):.1f} | {percentile(values, 95):.1f} |")
             rows.append(f"| {label} | same answer | {agree} of {len(queries)} | |")
-        print(f"load after: {load()}")
+        print(f"load after: {load_average()}")
     finally:
         await engine.aclose()
     print(f"\n{len(queries)} queries, the document leg alone at limit {args.limit}\n")
@@ -117,11 +112,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 def parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, type=Path, help="a BEIR-format folder (e.g. scifact)")
-    parser.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / ".cache", help="vector cache folder")
-    parser.add_argument("--store", required=True, type=Path, help="the store halves.py builds (kept between runs)")
-    parser.add_argument("--queries", type=int, default=300, help="the first N test queries")
+    parser = store_parser(__doc__, 300)
     parser.add_argument("--limit", type=int, default=50, help="documents the leg returns")
     parser.add_argument("--passes", default="bounded,postings", help=f"comma-separated, of {', '.join(PASSES)}")
     return parser.parse_args()

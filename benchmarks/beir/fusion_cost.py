@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
@@ -25,17 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from halves import build  # noqa: E402
+from halves import build, load_average, store_parser  # noqa: E402
 
 from context_engine import TRUSTED, ContextEngine  # noqa: E402
 from context_engine.config import ContextEngineConfig  # noqa: E402
 from context_engine.evaluation import load_beir, percentile  # noqa: E402
 
 HALF_A = '{"method": "convex", "weights": {"fts": 0, "document_fts": 1, "vector": 1}}'
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 async def timed(engine: ContextEngine, config: ContextEngineConfig, query: str, top_k: int) -> float:
@@ -57,7 +52,7 @@ async def main(args: argparse.Namespace) -> None:
         for query in queries[:3]:  # warm the pool, the model and the caches
             for config in (defaults, chosen):
                 await timed(engine, config, query, args.top_k)
-        print(f"load before: {load()}")
+        print(f"load before: {load_average()}")
         ms: dict[str, list[float]] = {"defaults": [], "setting": []}
         diffs = []
         for n, query in enumerate(queries):
@@ -68,7 +63,7 @@ async def main(args: argparse.Namespace) -> None:
             for name, value in took.items():
                 ms[name].append(value)
             diffs.append(took["setting"] - took["defaults"])
-        print(f"load after: {load()}")
+        print(f"load after: {load_average()}")
     finally:
         engine.config = chosen
         await engine.aclose()
@@ -80,11 +75,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 def parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, type=Path, help="a BEIR-format folder (e.g. scifact)")
-    parser.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / ".cache", help="vector cache folder")
-    parser.add_argument("--store", required=True, type=Path, help="the store halves.py builds (kept between runs)")
-    parser.add_argument("--queries", type=int, default=200, help="the first N test queries")
+    parser = store_parser(__doc__, 200)
     parser.add_argument("--top-k", type=int, default=10, help="top_k of both searches")
     parser.add_argument("--fusion", default=HALF_A, help="the fusion settings measured against the defaults, as JSON")
     return parser.parse_args()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from halves import build  # noqa: E402
+from halves import build, load_average, store_parser  # noqa: E402
 
 from context_engine import TRUSTED, ContextEngine  # noqa: E402
 from context_engine.evaluation import load_beir, percentile  # noqa: E402
@@ -48,7 +47,7 @@ async def main(args: argparse.Namespace) -> None:
         for query in queries[:3]:  # warm the pool, the model and the caches
             await timed(engine, query, args.top_k, None)
             await timed(engine, query, args.top_k, "document")
-        print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"load before: {load_average()}")
         plain, grouped, diffs = [], [], []
         for n, query in enumerate(queries):
             if n % 2:
@@ -60,7 +59,7 @@ async def main(args: argparse.Namespace) -> None:
             plain.append(p)
             grouped.append(g)
             diffs.append(g - p)
-        print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"load after: {load_average()}")
     finally:
         await engine.aclose()
     print(f"\n{len(queries)} queries, top_k {args.top_k}, trusted caller, fusion {args.fusion or 'defaults'}\n")
@@ -71,11 +70,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 def parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, type=Path, help="a BEIR-format folder (e.g. scifact)")
-    parser.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / ".cache", help="vector cache folder")
-    parser.add_argument("--store", required=True, type=Path, help="the store halves.py builds (kept between runs)")
-    parser.add_argument("--queries", type=int, default=200, help="the first N test queries")
+    parser = store_parser(__doc__, 200)
     parser.add_argument("--top-k", type=int, default=10, help="top_k of both searches")
     parser.add_argument("--fusion", help='fusion settings as JSON, e.g. \'{"weights": {"document_fts": 1}}\'')
     return parser.parse_args()

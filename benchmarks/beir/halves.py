@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -73,6 +74,22 @@ def plain_text(title: str, body: str) -> str:
 def halves(qids: Sequence[str]) -> tuple[list[str], list[str]]:
     """The peers harness's halves: even and odd positions in the qrels file."""
     return list(qids[0::2]), list(qids[1::2])
+
+
+def load_average() -> str:
+    """The machine's load averages (1, 5, 15 minutes), for every figure's line."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def store_parser(doc: str | None, queries: int) -> argparse.ArgumentParser:
+    """The options every script on the kept store shares: the dataset, the vector cache, the store
+    and how many test queries (the first ``queries`` by default)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, type=Path, help="a BEIR-format folder (e.g. scifact)")
+    parser.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / ".cache", help="vector cache folder")
+    parser.add_argument("--store", required=True, type=Path, help="the store halves.py builds (kept between runs)")
+    parser.add_argument("--queries", type=int, default=queries, help="the first N test queries")
+    return parser
 
 
 # ------------------------------------------------------------------------------------------ store

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from halves import build  # noqa: E402
+from halves import build, load_average, store_parser  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
 
@@ -38,10 +37,6 @@ from context_engine.storage.predicates import ReadScope  # noqa: E402
 from context_engine.storage.vectors import vector_literal  # noqa: E402
 
 EXACT = "exact"
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def plan_for(name: str, rows: int) -> VectorPlan:
@@ -65,7 +60,7 @@ async def main(args: argparse.Namespace) -> None:
     scope = ReadScope(None)
     wall: dict[str, list[float]] = {n: [] for n in names}
     recall: dict[str, list[float]] = {n: [] for n in names}
-    print(f"{rows} chunks with vectors, {len(queries)} queries, limit {args.limit}, load {load()}", flush=True)
+    print(f"{rows} chunks with vectors, {len(queries)} queries, limit {args.limit}, load {load_average()}", flush=True)
     for warm in vectors[:5]:
         for name in names:
             await vector_leg(db, warm, scope, limit=args.limit, plan=plan_for(name, rows))
@@ -80,7 +75,7 @@ async def main(args: argparse.Namespace) -> None:
         for name in names:
             recall[name].append(len(found[name] & found[EXACT]) / max(1, len(found[EXACT])))
     server = await server_times(db, vectors, names, rows, args.limit)
-    print(f"load at the end {load()}")
+    print(f"load at the end {load_average()}")
     print(f"| plan | leg p50 / p95 ms | statement server p50 / p95 ms | recall@{args.limit} vs exact |")
     print("|---|---|---|---|")
     for name in names:
@@ -168,7 +163,7 @@ async def search_quality(engine: ContextEngine, dataset: BeirDataset, args: argp
     def mean(values: dict[str, float], ids: list[str]) -> float:
         return sum(values[q] for q in ids) / len(ids)
 
-    print(f"search(top_k=100, group_by=document), {len(qids)} queries, load at the end {load()}")
+    print(f"search(top_k=100, group_by=document), {len(qids)} queries, load at the end {load_average()}")
     print("| variant | ef_search used | nDCG@10 all / A / B | R@100 | p50 / p95 ms |")
     print("|---|---|---|---|---|")
     for n in names:
@@ -180,11 +175,7 @@ async def search_quality(engine: ContextEngine, dataset: BeirDataset, args: argp
 
 
 def parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, type=Path, help="a BEIR-format folder (e.g. scifact)")
-    parser.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / ".cache", help="vector cache folder")
-    parser.add_argument("--store", required=True, type=Path, help="the store halves.py builds (kept between runs)")
-    parser.add_argument("--queries", type=int, default=300, help="the first N test queries")
+    parser = store_parser(__doc__, 300)
     parser.add_argument("--limit", type=int, default=50, help="rows the leg returns (search's candidates)")
     parser.add_argument("--ef", type=int, nargs="+", default=[40, 100, 200, 400], help="ef_search values")
     parser.add_argument(
