@@ -37,7 +37,11 @@ def _principals(_request: Any) -> Any:
 
 
 def _remote_config(database_url: str, server: FakeHTTPServer) -> Any:
-    return make_config(database_url, embedding=fake_embedding(server, DIM))
+    # every request must get its turn at the pool however slow the machine: a busy one waits longer
+    # than the default 30 s, and a 503 then says nothing about the concurrency under test
+    return make_config(
+        database_url, embedding=fake_embedding(server, DIM), storage={"auto_migrate": True, "pool_timeout": 600}
+    )
 
 
 def _body(i: int) -> str:
