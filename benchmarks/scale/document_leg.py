@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
@@ -24,17 +23,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_corpus as sc
-from run import DIM, engine_for, query_texts
+from run import DIM, engine_for, load_average, query_texts
 
 from context_engine.evaluation import percentile
 from context_engine.retrieval.legs.document_fts import document_fts_leg
 from context_engine.storage import embedded
 from context_engine.storage.migrate import migrate
 from context_engine.storage.predicates import ReadScope
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
@@ -77,7 +72,7 @@ async def measure(url: str, args: argparse.Namespace) -> None:
             for query in query_texts(vocab, args.queries + 5)[args.queries :]:
                 await timed(query, ReadScope(principals), True)
         counts = {key: [] for key in counts}
-        print(f"load before: {load()}", flush=True)
+        print(f"load before: {load_average()}", flush=True)
         rows = []
         for label, principals in callers.items():
             ms: dict[bool, list[float]] = {True: [], False: []}
@@ -92,7 +87,7 @@ async def measure(url: str, args: argparse.Namespace) -> None:
                 values = ms[pruned]
                 rows.append(f"| {label} | {name} | {statistics.median(values):.1f} | {percentile(values, 95):.1f} |")
             rows.append(f"| {label} | same answer | {agree} of {len(texts)} | |")
-        print(f"load after: {load()}")
+        print(f"load after: {load_average()}")
     print(f"\n{len(texts)} queries, the document leg alone at limit {args.limit}\n")
     print("| caller | scored by | p50 ms | p95 ms |\n|---|---|---:|---:|")
     print("\n".join(rows))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
@@ -46,10 +45,6 @@ from context_engine.storage.database import to_driver_url
 from context_engine.storage.predicates import ReadScope
 
 LIMIT = 50  # the leg's depth for a top_k=10 search (search.candidate_k)
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
@@ -129,7 +124,7 @@ async def measure(url: str, vocab: sc.Vocabulary, count: int, passes: int) -> No
             for q in queries:  # warm: every statement past psycopg's prepare threshold
                 for name in dbs:
                     await answer(name, q, scope)
-            before = load_average()
+            before = scale_run.load_average()
             times: dict[str, list[float]] = {name: [] for name in dbs}
             agree = 0
             for _ in range(passes):
@@ -142,7 +137,7 @@ async def measure(url: str, vocab: sc.Vocabulary, count: int, passes: int) -> No
                     agree += all(same(rows, found["unprepared"]) for rows in found.values())
             cells = " | ".join(f"{pct(v, 50):.1f} / {pct(v, 95):.1f}" for v in times.values())
             total = passes * len(queries)
-            print(f"| {label} | {cells} | {agree} of {total} | load {before} -> {load_average()}", flush=True)
+            print(f"| {label} | {cells} | {agree} of {total} | load {before} -> {scale_run.load_average()}", flush=True)
             print(f"  means: {', '.join(f'{n} {statistics.mean(v):.1f}' for n, v in times.items())}", flush=True)
             used = [f"{n}: {await plans_used(db)}" for n, db in dbs.items()]
             print(f"  {'; '.join(used)}", flush=True)
