@@ -81,7 +81,7 @@ async def check_exposure(
     queries: int = 20,
     max_acls: int = 20,
     threshold: int = 20000,
-    halfvec: bool = False,
+    halfvec: bool = True,
 ) -> ExposureReport:
     """Score bare index queries and this library's vector leg against the exact oracle, per ACL value
     (``halfvec``: the database's HNSW index is migration 0026's, ``storage.hnsw_halfvec``)."""

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from context_engine import TRUSTED, ContextEngine
 from context_engine.retrieval import planner
 from context_engine.retrieval.legs import vector_leg
+from context_engine.retrieval.legs.vector import index_order
 from context_engine.retrieval.planner import VectorPlan, plan_vector
 from context_engine.revisions.handles import chunks_for_db
 from context_engine.storage import layout
@@ -201,7 +202,7 @@ async def test_each_plan_is_forced_whatever_postgres_would_choose(
     _, vector = clustered
     params: dict[str, object] = {"qv": vector_literal(vector)}
     where = f"c.valid_to IS NULL AND c.embedding IS NOT NULL AND {ReadScope((FAR,)).predicate('c', params)}"
-    distance = "c.embedding <=> CAST(:qv AS vector)"
+    distance = index_order(vector, halfvec=True)  # the default index's ordering
     ann = f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY {distance} LIMIT 10"
     exact = f"EXPLAIN SELECT c.id FROM ce_chunks c WHERE {where} ORDER BY ({distance}) + 0 LIMIT 10"
     async with own_pool.begin() as conn:

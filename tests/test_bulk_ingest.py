@@ -146,10 +146,10 @@ async def test_the_indexes_are_rebuilt_as_the_migrations_declare_them(
     before = index_state(database_url)
     report = await words_engine.bulk_ingest(corpus(12))
     after = index_state(database_url)
-    # the trigram leg and the halfvec index are off: their indexes are not built
-    rebuilt = set(REBUILT_INDEXES) - {"ix_ce_chunks_trgm", "ix_ce_chunks_embedding_half"}
+    # the trigram leg is off and the vectors' index is the half-precision one: the others are not built
+    rebuilt = set(REBUILT_INDEXES) - {"ix_ce_chunks_trgm", "ix_ce_chunks_embedding"}
     assert "ix_ce_chunks_trgm" not in before and "ix_ce_chunks_trgm" not in after
-    assert "ix_ce_chunks_embedding_half" not in before and "ix_ce_chunks_embedding_half" not in after
+    assert "ix_ce_chunks_embedding" not in before and "ix_ce_chunks_embedding" not in after
     assert report.index_rebuilt and set(report.index_seconds) == rebuilt
     assert {n: d for n, (d, _, _) in before.items()} == {n: d for n, (d, _, _) in after.items()}
     assert all(valid for _, valid, _ in after.values())
@@ -167,7 +167,7 @@ async def test_the_trigram_index_is_rebuilt_when_the_trigram_leg_is_on(database_
         report = await eng.bulk_ingest(corpus(12))
         after = index_state(database_url)
         found = await eng.search("protien", top_k=3, principals=TRUSTED)  # a typo only trigrams match
-    assert set(report.index_seconds) == set(REBUILT_INDEXES) - {"ix_ce_chunks_embedding_half"}
+    assert set(report.index_seconds) == set(REBUILT_INDEXES) - {"ix_ce_chunks_embedding"}
     assert before["ix_ce_chunks_trgm"][0] == after["ix_ce_chunks_trgm"][0] and after["ix_ce_chunks_trgm"][1]
     assert before["ix_ce_chunks_trgm"][2] != after["ix_ce_chunks_trgm"][2]
     assert any("trigram" in hit.matched_by for hit in found.hits)
@@ -216,7 +216,7 @@ async def test_searches_keep_answering_while_the_indexes_are_away(words_engine: 
     while not load.done():
         async with db.connect() as conn:
             present = await conn.scalar(
-                text("SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_ce_chunks_embedding'")
+                text("SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_ce_chunks_embedding_half'")
             )
         result = await words_engine.search("herons river bank", top_k=3, principals=["team-a"])
         assert result.hits and result.hits[0].document_name == "anchor.md"
@@ -301,7 +301,7 @@ def test_cli_ingest_bulk_loads_a_folder(database_url: str, tmp_path: Path, capsy
     out = capsys.readouterr().out
     assert code == 1  # the empty file failed, the others were written
     assert "2 written in bulk" in out and "1 failed" in out and "failed empty.md" in out
-    assert "ix_ce_chunks_embedding" in out
+    assert "ix_ce_chunks_embedding_half" in out
     stored = rows(database_url, "SELECT name, status, acl FROM ce_documents ORDER BY name")
     assert stored == [
         ("a.md", "completed", ["team-a"]),

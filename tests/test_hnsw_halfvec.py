@@ -1,6 +1,6 @@
 """The half-precision HNSW index (``storage.hnsw_halfvec``, migration 0026), on a real PostgreSQL.
 
-Off by default; migrating with it on swaps the float4 graph for one over ``embedding::halfvec`` and
+On by default: migrating with it on swaps the float4 graph for one over ``embedding::halfvec`` and
 migrating with it off swaps it back. With it on, the vector leg's index scans order by the same
 expression (so the half-precision graph serves them) while the similarities it returns are float4.
 """
@@ -49,12 +49,18 @@ def recorded(url: str) -> bool:
         return conn.execute("SELECT count(*) FROM ce_schema_migrations WHERE id = %s", (REVISION,)).fetchone() == (1,)
 
 
-def test_the_setting_is_off_by_default() -> None:
-    assert ContextEngineConfig().storage.hnsw_halfvec is False
+def test_the_setting_is_on_by_default() -> None:
+    assert ContextEngineConfig().storage.hnsw_halfvec is True
 
 
-async def test_a_plain_migration_keeps_the_float4_index(own_pool: AsyncEngine, database_url: str) -> None:
+async def test_a_plain_migration_builds_the_half_precision_index(own_pool: AsyncEngine, database_url: str) -> None:
     report = await migrate(own_pool, dim=DIM)
+    assert REVISION in report.applied and recorded(database_url)
+    assert set(vector_indexes(database_url)) == {HALF}
+
+
+async def test_migrating_without_the_setting_keeps_the_float4_index(own_pool: AsyncEngine, database_url: str) -> None:
+    report = await migrate(own_pool, dim=DIM, halfvec=False)
     assert REVISION not in report.applied and not recorded(database_url)
     assert set(vector_indexes(database_url)) == {FULL}
 
@@ -62,7 +68,7 @@ async def test_a_plain_migration_keeps_the_float4_index(own_pool: AsyncEngine, d
 async def test_migrating_with_and_without_the_setting_swaps_the_index(
     own_pool: AsyncEngine, database_url: str
 ) -> None:
-    await migrate(own_pool, dim=DIM)
+    await migrate(own_pool, dim=DIM, halfvec=False)
     insert_rows(database_url, np.ones(DIM).tolist(), crowd=200, far=10)  # rows for the builds to read
 
     up = await migrate(own_pool, dim=DIM, halfvec=True)
@@ -73,7 +79,7 @@ async def test_migrating_with_and_without_the_setting_swaps_the_index(
     again = await migrate(own_pool, dim=DIM, halfvec=True)
     assert again.applied == [] and again.undone == [] and set(vector_indexes(database_url)) == {HALF}
 
-    down = await migrate(own_pool, dim=DIM)
+    down = await migrate(own_pool, dim=DIM, halfvec=False)
     found = vector_indexes(database_url)
     assert down.undone == [REVISION] and down.applied == [] and not recorded(database_url)
     assert set(found) == {FULL}
@@ -84,7 +90,14 @@ async def test_migrating_with_and_without_the_setting_swaps_the_index(
 
 
 async def test_the_engine_migrates_to_the_configured_index(database_url: str) -> None:
-    config = make_config(database_url, storage={"auto_migrate": True, "hnsw_halfvec": True})
+    config = make_config(database_url, storage={"auto_migrate": True})
+    async with ContextEngine(config, embedder=WordEmbedder(16)) as eng:
+        await eng.stats(principals=TRUSTED)
+        assert set(vector_indexes(database_url)) == {HALF}
+    off = make_config(database_url, storage={"auto_migrate": True, "hnsw_halfvec": False})
+    async with ContextEngine(off, embedder=WordEmbedder(16)) as eng:
+        await eng.stats(principals=TRUSTED)
+        assert set(vector_indexes(database_url)) == {FULL}
     async with ContextEngine(config, embedder=WordEmbedder(16)) as eng:
         await eng.stats(principals=TRUSTED)
         assert set(vector_indexes(database_url)) == {HALF}
@@ -115,7 +128,7 @@ def uses_index(url: str, query: list[float], *, halfvec: bool) -> str:
 async def test_the_half_precision_index_gives_the_float4_top_k_within_the_tolerance(
     own_pool: AsyncEngine, database_url: str
 ) -> None:
-    await migrate(own_pool, dim=DIM)
+    await migrate(own_pool, dim=DIM, halfvec=False)
     rng = np.random.default_rng(5)
     centre = rng.standard_normal(DIM)
     insert_rows(database_url, centre.tolist())  # 1,200 rows around the centre, 24 around its antipode

@@ -35,19 +35,21 @@ async def test_migrate_is_idempotent_and_locks_dim(database_url: str) -> None:
     finally:
         await sql.dispose()
     names = _indexes(database_url)
-    for expected in ("ix_ce_chunks_embedding", "ix_ce_chunks_tsv", "ix_ce_chunks_acl"):
+    for expected in ("ix_ce_chunks_embedding_half", "ix_ce_chunks_tsv", "ix_ce_chunks_acl"):
         assert expected in names
     assert "ix_ce_chunks_trgm" not in names  # built only for the trigram leg (test below)
     with psycopg.connect(database_url) as conn:
         extensions = {r[0] for r in conn.execute("SELECT extname FROM pg_extension")}
         method = conn.execute(
             "SELECT am.amname FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
-            "WHERE c.relname = 'ix_ce_chunks_embedding'"
+            "WHERE c.relname = 'ix_ce_chunks_embedding_half'"
         ).fetchone()
-        options = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'ix_ce_chunks_embedding'").fetchone()
+        options = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE relname = 'ix_ce_chunks_embedding_half'"
+        ).fetchone()
     assert {"vector", "pg_trgm", "unaccent"} <= extensions
     assert method == ("hnsw",)
-    # migration 0006's denser graph (benchmarks/README.md, "ACL recall")
+    # migration 0006's denser graph (benchmarks/README.md, "ACL recall"), kept by 0026's half-precision one
     assert options is not None and set(options[0]) == {"m=24", "ef_construction=200"}
 
 
@@ -62,7 +64,7 @@ async def test_rerun_repairs_a_half_applied_schema(database_url: str) -> None:
     finally:
         await sql.dispose()
     assert "0001_initial" in report.applied
-    assert "ix_ce_chunks_embedding" in _indexes(database_url)
+    assert "ix_ce_chunks_embedding_half" in _indexes(database_url)
 
 
 def test_cli_migrate(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:

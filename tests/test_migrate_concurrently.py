@@ -211,8 +211,13 @@ def test_cli_migrate_prints_one_line_per_index_it_builds(database_url: str, caps
     assert cli_main(["migrate", "--database-url", database_url, "--dim", "6"]) == 0
     captured = capsys.readouterr()
     built = [line.split()[2] for line in captured.err.splitlines() if line.startswith("building index ")]
-    # 0003, 0006 and 0013, in order (0027 is the document leg's, built only for it)
-    assert built == ["ix_ce_agent_links_ref", "ix_ce_chunks_embedding_next", "ux_ce_embedding_batches_pending"]
+    # 0003, 0006, 0013 and 0026, in order (0027 is the document leg's, built only for it)
+    assert built == [
+        "ix_ce_agent_links_ref",
+        "ix_ce_chunks_embedding_next",
+        "ux_ce_embedding_batches_pending",
+        "ix_ce_chunks_embedding_half",
+    ]
     assert "0006_hnsw_graph" in captured.out
 
     assert cli_main(["migrate", "--database-url", database_url, "--dim", "6"]) == 0

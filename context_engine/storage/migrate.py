@@ -121,7 +121,7 @@ async def migrate(
     announce: Announce | None = None,
     graph: bool = False,
     trigram: bool = False,
-    halfvec: bool = False,
+    halfvec: bool = True,
     document_fts: bool = False,
     citus: bool | None = None,
 ) -> MigrationReport:
@@ -131,9 +131,9 @@ async def migrate(
     the graph tables and ``trigram=True`` the trigram leg's index (:data:`OPTIONAL_REVISIONS`), which
     a plain run leaves out; ``document_fts=True`` the document full-text leg's two chunk indexes
     (built only for that leg, so a store that does not run it keeps its writes as cheap).
-    ``halfvec=True`` replaces the float4 HNSW index by one over
-    ``embedding::halfvec``; a run without it undoes that (:data:`REVERSIBLE`), so the index always
-    matches ``storage.hnsw_halfvec``.
+    ``halfvec=True`` (the default, as ``storage.hnsw_halfvec``) replaces the float4 HNSW index by one
+    over ``embedding::halfvec``; a run with ``halfvec=False`` undoes that (:data:`REVERSIBLE`), so the
+    index always matches the setting.
 
     On a Citus coordinator (``citus=None``: whenever the citus extension is installed in the
     database; ``citus=True`` refuses a database without it) the files of ``migrations/citus/``

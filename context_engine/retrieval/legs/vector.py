@@ -39,7 +39,7 @@ async def vector_leg(
     *,
     limit: int,
     plan: VectorPlan,
-    halfvec: bool = False,
+    halfvec: bool = True,
 ) -> list[tuple[int, float]]:
     """Cosine similarity under ``plan``, which this leg forces.
 
