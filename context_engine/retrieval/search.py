@@ -51,16 +51,21 @@ async def search(
     method = config.fusion.method
     db = await retriever.services.reads()  # the server the legs read, so the winners are found
     rows: dict[int, dict[str, Any]] | None = None
+    fusing = loading = 0.0  # the stages after the legs, summed over a document search's rounds
     if group_by == "document":
         depth = max(config.search.candidates, 2 * top_k)
         while True:
             retrieval = await retriever.retrieve([query], scope, depth, mode)
             results = retrieval.for_query(0)
+            t0 = time.perf_counter()
             ranked = retriever.fuse(method, results)
             ids = [cid for cid, _ in ranked]
+            t1 = time.perf_counter()
             rows, found = await repo.group_hits(
                 db, ids, scope, documents=top_k, per_document=config.search.passages_per_document
             )
+            fusing += t1 - t0
+            loading += time.perf_counter() - t1
             full = any(len(pairs) >= depth for pairs in results.values())
             if found >= top_k or not full or depth >= MAX_DOCUMENT_DEPTH:
                 break
@@ -71,18 +76,22 @@ async def search(
         depth = max(config.search.candidates, top_k)
         retrieval = await retriever.retrieve([query], scope, depth, mode)
         results = retrieval.for_query(0)
+        t0 = time.perf_counter()
         ranked = retriever.fuse(method, results)
         fused = ranked[:top_k]
-    t0 = time.perf_counter()
-    if rows is None:
+        t1 = time.perf_counter()
         rows = await repo.fetch_hits(db, [cid for cid, _ in fused], scope)
+        fusing, loading = t1 - t0, time.perf_counter() - t1
+    t0 = time.perf_counter()
     hits = _hits(redactor, retrieval, fused, rows)
     compression: dict[str, Any] | None = None
     if compress_to_tokens is not None:
         hits, compression = budget.compress(hits, compress_to_tokens, retriever.services.embedder.count_tokens)
     documents = _documents(hits) if group_by == "document" else None
     timings = retrieval.timings
-    timings["fuse"] = _ms(t0)
+    timings["fuse"] = round(fusing * 1000, 2)
+    timings["load"] = round(loading * 1000, 2)  # the winners' rows: grouped by document, or fetched
+    timings["hits"] = _ms(t0)
     timings["total"] = _ms(started)
     usage: dict[str, Any] = {
         "kind": "search",
@@ -108,10 +117,10 @@ def _hits(
     similarity = dict(retrieval.for_query(0).get("vector", []))
     found_by = retrieval.found_by()
     redact: Callable[[str], str] = (lambda value: value) if redactor.noop else redactor.text
-    # built without re-validation: every value is typed by the columns it came from (a search of
-    # 100 documents builds ~300 hits, and validating them cost more than the rest of the Python)
+    # validated: pydantic-core's constructor costs less than half of ``model_construct``'s Python
+    # loop (3.2 against 7.3 µs a hit here; a 100-document search builds ~300)
     return [
-        Hit.model_construct(
+        Hit(
             document_id=str(row["document_id"]),
             document_name=redact(row["document_name"]),
             chunk_text=redact(row["text"]),
@@ -142,7 +151,7 @@ def _documents(hits: list[Hit]) -> list[DocumentHit]:
             legs.extend(leg for leg in hit.matched_by if leg not in legs)
         first = passages[0]
         documents.append(
-            DocumentHit.model_construct(
+            DocumentHit(
                 document_id=first.document_id,
                 document_name=first.document_name,
                 source_id=first.source_id,
