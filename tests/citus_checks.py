@@ -19,6 +19,7 @@ from psycopg import sql as pgsql
 
 from context_engine import TRUSTED, ContextEngine
 from context_engine.retrieval import planner
+from context_engine.retrieval.legs.vector import index_order
 from context_engine.revisions.errors import IdempotencyKeyReused
 from tests.conftest import make_config
 from tests.test_acl_leak_property import WORDS, WordEmbedder
@@ -104,7 +105,7 @@ async def test_every_chunk_shard_holds_the_search_indexes(cluster_engine: tuple[
     per_shard = _rows(
         url,
         "SELECT result FROM run_command_on_shards('ce_chunks', $$SELECT concat_ws(',', "
-        "count(*) FILTER (WHERE indexdef ~ 'USING hnsw .embedding vector_cosine_ops'), "
+        "count(*) FILTER (WHERE indexdef ~ 'USING hnsw .+halfvec_cosine_ops'), "  # the default index (0026)
         "count(*) FILTER (WHERE indexdef ~ 'USING gin .tsv.'), count(*) FILTER (WHERE indexdef ~ 'USING gin .acl.')) "
         "FROM pg_indexes WHERE tablename = '%s'$$)",
     )
@@ -207,7 +208,7 @@ async def test_the_index_plan_settings_reach_every_shard(cluster_engine: tuple[C
     engine, url = cluster_engine
     await _corpus(engine, documents=8)
     query = "[" + ",".join(["0.25"] * 16) + "]"
-    order = f"c.embedding <=> '{query}'::vector"
+    order = index_order([0.25] * 16, halfvec=True).replace(":qv", f"'{query}'")  # the default index's ordering
     where = "c.valid_to IS NULL AND c.embedding IS NOT NULL"
     with psycopg.connect(url) as conn:
         for name, value in planner.index_settings(40, "relaxed_order").items():
