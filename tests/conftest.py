@@ -89,8 +89,8 @@ class Schema(NamedTuple):
     text_search_config: str = "english"
     trigram: bool = False
     graph: bool = False
-    #: as ``storage.hnsw_halfvec``'s default, so the engine's own migrate finds nothing to swap
-    halfvec: bool = True
+    #: ``storage.hnsw_halfvec``'s default, so the engine's own migrate finds nothing to swap
+    halfvec: bool = ContextEngineConfig().storage.hnsw_halfvec
 
 
 class Templates:

@@ -136,13 +136,6 @@ class Vocabulary:
 
     words: np.ndarray  # (w,) str
     p: np.ndarray  # (w,) float64, sums to 1
-    _listed: list[str] | None = None
-
-    def listed(self) -> list[str]:
-        """The words as Python strings, made once."""
-        if self._listed is None:
-            self._listed = self.words.tolist()
-        return self._listed
 
 
 def vocabulary(path: Path, size: int = 20_000) -> Vocabulary:
@@ -164,7 +157,7 @@ def texts(vocab: Vocabulary, count: int, rng: np.random.Generator, low: int = 40
     flat = rng.choice(len(vocab.words), int(lengths.sum()), p=vocab.p)
     # joined from a list of str, not by indexing the fixed-width array: that copy was ~114 MB per
     # 20,000-row block, and its moment set the peak RSS that the bulk benchmarks report
-    words = vocab.listed()
+    words = vocab.words.tolist()
     out = []
     at = 0
     for n in lengths.tolist():

@@ -50,7 +50,7 @@ async def search(
     config = retriever.services.config
     method = config.fusion.method
     db = await retriever.services.reads()  # the server the legs read, so the winners are found
-    rows: dict[int, dict[str, Any]] | None = None
+    rows: dict[int, dict[str, Any]]
     fusing = loading = 0.0  # the stages after the legs, summed over a document search's rounds
     if group_by == "document":
         depth = max(config.search.candidates, 2 * top_k)
