@@ -921,11 +921,17 @@ def _hit_name(distributed: bool) -> tuple[str, str]:
     return f"CROSS JOIN LATERAL ({_HIT_NAME}) n", "n.name"
 
 
+def _id_array(ids: Sequence[int]) -> str:
+    """``{1,2,...}`` for ``CAST(:p AS bigint[])``: a search sends hundreds of ids, which psycopg's
+    list dumper quotes one by one at about five times the cost (still one bound parameter)."""
+    return "{" + ",".join(str(int(i)) for i in ids) + "}"
+
+
 async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> dict[int, dict[str, Any]]:
     """Load the fused winners (the predicate is applied again: cheap, and never trusts ids)."""
     if not ids:
         return {}
-    params: dict[str, Any] = {"ids": list(ids)}
+    params: dict[str, Any] = {"ids": _id_array(ids)}
     # the name is the version's own: a hit as of a past revision carries the name of then (rows
     # written without a version row, as a bulk load may, fall back to the live document's name).
     # Looked up per row by primary key, the document only when the version has no name (coalesce
@@ -948,38 +954,64 @@ async def group_hits(
     ``ids`` are best first. The candidates the caller may see (with a name, as :func:`fetch_hits`
     requires) are grouped by document, the documents ranked by their best candidate, and for the
     first ``documents`` of them the first ``per_document`` candidates come back whole, as
-    :func:`fetch_hits` rows; the second value counts every document found among the candidates.
-    One statement, and only the winners' text is read and sent (the candidates of a 100-document
-    search number in the hundreds; its winners' passages a few per document)."""
+    :func:`fetch_hits` rows; the second value counts the documents found, up to ``documents`` (so
+    it reaches ``documents`` exactly when that many were found). One statement, and only the
+    winners' text is read and sent (the candidates of a 100-document search number in the
+    hundreds; its winners' passages a few per document)."""
     if not ids:
         return {}, 0
-    params: dict[str, Any] = {"ids": list(ids), "top_docs": documents, "per_doc": per_document}
+    params: dict[str, Any] = {"ids": _id_array(ids), "top_docs": documents, "per_doc": per_document}
     async with db.connect() as pooled, planned_per_call(pooled) as conn:  # as fetch_hits
-        joins, name = _hit_name(await layout.distributed(conn))
-        return await _group_hits(conn, joins, name, scope, params)
-
-
-async def _group_hits(
-    conn: AsyncConnection, joins: str, name: str, scope: ReadScope, params: dict[str, Any]
-) -> tuple[dict[int, dict[str, Any]], int]:
-    sql = (
-        "WITH f AS (SELECT f.id, f.ord FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS f(id, ord)), "
-        f"v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, {name} AS name FROM f JOIN ce_chunks c ON c.id = f.id "
-        f"{joins} WHERE {name} IS NOT NULL AND {scope.predicate('c', params)}), "
-        "d AS MATERIALIZED (SELECT v.document_id, min(v.ord) AS first FROM v GROUP BY v.document_id), "
-        "top AS (SELECT d.document_id, d.first FROM d ORDER BY d.first LIMIT :top_docs), "
-        "p AS (SELECT v.id, v.ord, v.name, top.first, "
-        "row_number() OVER (PARTITION BY v.document_id ORDER BY v.ord) AS k "
-        "FROM v JOIN top ON top.document_id = v.document_id) "
-        "SELECT c.id, c.document_id, p.name AS document_name, c.text, c.source_id, c.position, "
-        "c.section, c.page, c.kind, c.version, (SELECT count(*) FROM d) AS documents "
-        "FROM p JOIN ce_chunks c ON c.id = p.id WHERE p.k <= :per_doc ORDER BY p.first, p.ord"
-    )
-    result = await conn.execute(text(sql), params)
-    keys, found = list(result.keys())[:-1], result.all()
+        sql = _GROUP_DISTRIBUTED if await layout.distributed(conn) else _GROUP
+        result = await conn.execute(text(sql.format(visible=scope.predicate("c", params))), params)
+        keys, found = list(result.keys())[:-1], result.all()
     if not found:
         return {}, 0
     return {int(r[0]): dict(zip(keys, r, strict=False)) for r in found}, int(found[0][-1])
+
+
+#: the candidates the caller may see, in rank order (``ord``), with their documents
+_GROUP_VISIBLE = (
+    "WITH f AS (SELECT f.id, f.ord FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS f(id, ord)), "
+    "v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, c.version FROM f JOIN ce_chunks c ON c.id = f.id "
+    "WHERE {visible}), "
+    "d AS MATERIALIZED (SELECT v.document_id, min(v.ord) AS first, min(v.version) AS version FROM v "
+    "GROUP BY v.document_id), "
+)
+#: the winners' passages, best document first, best passage first, after ``top`` (the documents kept)
+_GROUP_PASSAGES = (
+    "p AS (SELECT v.id, v.ord, top.name, top.first, "
+    "row_number() OVER (PARTITION BY v.document_id ORDER BY v.ord) AS k "
+    "FROM v JOIN top ON top.document_id = v.document_id) "
+    "SELECT c.id, c.document_id, p.name AS document_name, c.text, c.source_id, c.position, "
+    "c.section, c.page, c.kind, c.version, (SELECT count(*) FROM top) AS documents "
+    "FROM p JOIN ce_chunks c ON c.id = p.id WHERE p.k <= :per_doc ORDER BY p.first, p.ord"
+)
+#: The name is looked up once per document, best first, until ``top_docs`` have one, not once per
+#: candidate: a document's visible chunks are all of one version (a new version writes new chunk rows
+#: and closes the old ones in one transaction), so its chunks' names are one name, and only a document
+#: without one (neither its version's row nor a live row, as a past read of a deleted bulk-loaded
+#: document may find) is passed over. ``OFFSET 0`` keeps the sort below the lookups and the lookup
+#: evaluated once per row (inlined, the planner repeated it in the filter).
+_GROUP = (
+    _GROUP_VISIBLE
+    + "top AS MATERIALIZED (SELECT s.document_id, s.first, n.name FROM "
+    "(SELECT d.document_id, d.first, d.version FROM d ORDER BY d.first OFFSET 0) s "
+    "CROSS JOIN LATERAL (SELECT coalesce((SELECT v.name FROM ce_document_versions v "
+    "WHERE v.document_id = s.document_id AND v.version = s.version), "
+    "(SELECT d.name FROM ce_documents d WHERE d.id = s.document_id)) AS name OFFSET 0) n "
+    "WHERE n.name IS NOT NULL LIMIT :top_docs), "
+    + _GROUP_PASSAGES
+)
+#: the same for a distributed (Citus) schema: joins, not a correlated lookup (see ``_HIT_NAME_JOINS``)
+_GROUP_DISTRIBUTED = (
+    _GROUP_VISIBLE
+    + "top AS MATERIALIZED (SELECT d.document_id, d.first, coalesce(hv.name, hd.name) AS name FROM d "
+    "LEFT JOIN ce_document_versions hv ON hv.document_id = d.document_id AND hv.version = d.version "
+    "LEFT JOIN ce_documents hd ON hd.id = d.document_id WHERE coalesce(hv.name, hd.name) IS NOT NULL "
+    "ORDER BY d.first LIMIT :top_docs), "
+    + _GROUP_PASSAGES
+)
 
 
 async def stats(db: AsyncEngine, scope: ReadScope) -> dict[str, Any]:
