@@ -110,6 +110,13 @@ async def search(
     return SearchResult(hits=hits, usage=usage, documents=documents)
 
 
+#: A hit validated from a dict by the model's own pydantic-core validator: what ``Hit(**fields)`` runs,
+#: without its keyword and wrapper layers (1.5 against 4.1 µs a hit here, pydantic 2.14; a
+#: 100-document search builds a few hundred).
+_new_hit = Hit.__pydantic_validator__.validate_python
+_new_document = DocumentHit.__pydantic_validator__.validate_python
+
+
 def _hits(
     redactor: Redactor, retrieval: Retrieval, fused: list[tuple[int, float]], rows: dict[int, dict[str, Any]]
 ) -> list[Hit]:
@@ -117,21 +124,21 @@ def _hits(
     similarity = dict(retrieval.for_query(0).get("vector", []))
     found_by = retrieval.found_by()
     redact: Callable[[str], str] = (lambda value: value) if redactor.noop else redactor.text
-    # validated: pydantic-core's constructor costs less than half of ``model_construct``'s Python
-    # loop (3.2 against 7.3 µs a hit here; a 100-document search builds ~300)
     return [
-        Hit(
-            document_id=str(row["document_id"]),
-            document_name=redact(row["document_name"]),
-            chunk_text=redact(row["text"]),
-            score=round(score, 6),
-            source_id=row["source_id"],
-            chunk_idx=row["position"],
-            chunk_id=cid,
-            section=redact(row["section"]),
-            page=row["page"],
-            matched_by=found_by.get(cid, []),
-            similarity=round(similarity[cid], 6) if cid in similarity else None,
+        _new_hit(
+            {
+                "document_id": str(row["document_id"]),
+                "document_name": redact(row["document_name"]),
+                "chunk_text": redact(row["text"]),
+                "score": round(score, 6),
+                "source_id": row["source_id"],
+                "chunk_idx": row["position"],
+                "chunk_id": cid,
+                "section": redact(row["section"]),
+                "page": row["page"],
+                "matched_by": found_by.get(cid, []),
+                "similarity": round(similarity[cid], 6) if cid in similarity else None,
+            }
         )
         for cid, score in fused
         if (row := rows.get(cid)) is not None
@@ -151,13 +158,15 @@ def _documents(hits: list[Hit]) -> list[DocumentHit]:
             legs.extend(leg for leg in hit.matched_by if leg not in legs)
         first = passages[0]
         documents.append(
-            DocumentHit(
-                document_id=first.document_id,
-                document_name=first.document_name,
-                source_id=first.source_id,
-                score=first.score,
-                matched_by=sorted(legs, key=lambda leg: names.index(leg) if leg in names else len(names)),
-                passages=passages,
+            _new_document(
+                {
+                    "document_id": first.document_id,
+                    "document_name": first.document_name,
+                    "source_id": first.source_id,
+                    "score": first.score,
+                    "matched_by": sorted(legs, key=lambda leg: names.index(leg) if leg in names else len(names)),
+                    "passages": passages,
+                }
             )
         )
     return documents

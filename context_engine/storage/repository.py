@@ -928,7 +928,8 @@ def _id_array(ids: Sequence[int]) -> str:
 
 
 async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> dict[int, dict[str, Any]]:
-    """Load the fused winners (the predicate is applied again: cheap, and never trusts ids)."""
+    """Load the fused winners (the predicate is applied again: cheap, and never trusts ids). The
+    document id comes as text, the form a hit carries, not as a UUID to build and print per row."""
     if not ids:
         return {}
     params: dict[str, Any] = {"ids": _id_array(ids)}
@@ -939,8 +940,8 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
     async with db.connect() as pooled, planned_per_call(pooled) as conn:  # the caller's ACL shapes the plan
         joins, name = _hit_name(await layout.distributed(conn))
         sql = (
-            f"SELECT c.id, c.document_id, {name} AS document_name, c.text, c.source_id, c.position, "
-            f"c.section, c.page, c.kind, c.version FROM ce_chunks c {joins} "
+            f"SELECT c.id, CAST(c.document_id AS text) AS document_id, {name} AS document_name, c.text, c.source_id, "
+            f"c.position, c.section, c.page, c.kind, c.version FROM ce_chunks c {joins} "
             f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND {name} IS NOT NULL AND {scope.predicate('c', params)}"
         )
         return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
@@ -983,8 +984,8 @@ _GROUP_PASSAGES = (
     "p AS (SELECT v.id, v.ord, top.name, top.first, "
     "row_number() OVER (PARTITION BY v.document_id ORDER BY v.ord) AS k "
     "FROM v JOIN top ON top.document_id = v.document_id) "
-    "SELECT c.id, c.document_id, p.name AS document_name, c.text, c.source_id, c.position, "
-    "c.section, c.page, c.kind, c.version, (SELECT count(*) FROM top) AS documents "
+    "SELECT c.id, CAST(c.document_id AS text) AS document_id, p.name AS document_name, c.text, c.source_id, "
+    "c.position, c.section, c.page, c.kind, c.version, (SELECT count(*) FROM top) AS documents "
     "FROM p JOIN ce_chunks c ON c.id = p.id WHERE p.k <= :per_doc ORDER BY p.first, p.ord"
 )
 #: The name is looked up once per document, best first, until ``top_docs`` have one, not once per
