@@ -75,11 +75,15 @@ async def ranked(
     direct_factor: float = 0.0,
     kept_bounds: bool = True,
     postings: bool = True,
+    plain: bool | None = None,
 ) -> tuple[list[tuple[int, float]], dict[str, Any]]:
+    """``plain`` (None: as the full-text leg decides it) skips the direct pass's per-row check."""
     params: dict[str, Any] = {"lx_cfg": "english", "limit": limit}
     tsquery = lexical.tsquery_sql(query, match=match, params=params)
     assert tsquery is not None
     scope = ReadScope(principals)
+    if plain is None:
+        plain = scope.groups_decide and lexical.plain_disjunction(query, match=match, config="english")
     report: dict[str, Any] = {}
     async with db.connect() as conn:
         rows = await bm25.rank(
@@ -100,6 +104,7 @@ async def ranked(
             direct_factor=direct_factor,  # 0: bound and prune even the few candidates of a small corpus
             kept_bounds=kept_bounds,
             postings=postings,
+            plain=plain,
         )
     return rows, report
 
@@ -173,9 +178,15 @@ def test_every_pass_was_taken_by_the_random_queries() -> None:
     assert {"pruned", "bounded", "full"} <= PASSES_SEEN, PASSES_SEEN
 
 
+PLAIN_SEEN: set[bool] = set()
+#: pieces the plain-disjunction shortcut must see through or refuse: a phrase by hyphen, websearch's
+#: ``or``, edge punctuation, capitals, a digit, an accent (unaccent folds it) and an apostrophe
+EDGE_PIECES = ["cell-protein", "or", "OR", "signal.", "(kinase", "Protein", "gene2", "prïon", "mouse's"]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(
-    words=st.lists(st.sampled_from([*WORDS, "absentword", "cell-protein"]), min_size=1, max_size=7),
+    words=st.lists(st.sampled_from([*WORDS, "absentword", *EDGE_PIECES]), min_size=1, max_size=7),
     negated=st.one_of(st.none(), st.sampled_from(WORDS)),
     principals=st.one_of(st.none(), st.frozensets(st.sampled_from(GROUPS), max_size=3)),
     limit=st.sampled_from([1, 3, 10, 40, 200]),
@@ -199,12 +210,33 @@ async def test_direct_pass_over_the_postings_equals_scoring_every_tsvector(
     expected, full = await ranked(db, query, caller, limit, "full", match=match)
     found, report = await ranked(db, query, caller, limit, "pruned", match=match, direct_factor=1e9)
     assert_same(found, expected)
+    PLAIN_SEEN.add(lexical.plain_disjunction(query, match=match, config="english"))
     assert report["pass"] == "direct" or not expected
+    checked, _ = await ranked(db, query, caller, limit, "pruned", match=match, direct_factor=1e9, plain=False)
+    assert_same(checked, expected)  # the shortcut's answer is the checked pass's
     simple = negated is None and match == "any" and "cell-protein" not in words
     if simple and report["pass"] == "direct":  # every scored chunk matches: the counts agree
         assert report["candidates"] == full["candidates"]
     old, _ = await ranked(db, query, caller, limit, "pruned", match=match, direct_factor=1e9, postings=False)
     assert_same(old, expected)
+
+
+@pytest.mark.database  # reads what the database property above recorded: deselected with it
+def test_the_random_queries_took_the_shortcut_and_its_refusal() -> None:
+    assert PLAIN_SEEN == {True, False}
+
+
+def test_a_plain_disjunction_is_single_ascii_words_or_ed() -> None:
+    plain = ["cell protein", "Cell, protein.", "(kinase) signal!", "the cell", "cell of the mouse"]
+    refused = ["cell-protein", '"cell protein"', "cell -protein", "prïon", "mouse's", "gene2"]
+    assert all(lexical.plain_disjunction(q, match="any", config="english") for q in plain)
+    assert not any(lexical.plain_disjunction(q, match="any", config="english") for q in refused)
+    assert not lexical.plain_disjunction("cell protein", match="all", config="english")
+    assert not lexical.plain_disjunction("cell protein", match="any", config="my_thesaurus")
+    assert lexical.plain_disjunction("cell protein", match="any", config="simple", stopwords=None)
+    # "or" is dropped as a stop word in any-matching; kept, it is websearch's operator, not a lexeme
+    assert lexical.plain_disjunction("cell or protein", match="any", config="english")
+    assert not lexical.plain_disjunction("cell or protein", match="any", config="simple", stopwords=None)
 
 
 async def test_postings_follow_every_write_path(database_url: str) -> None:

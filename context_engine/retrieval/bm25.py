@@ -91,6 +91,7 @@ async def rank(
     direct_factor: float | None = None,
     kept_bounds: bool = True,
     postings: bool = True,
+    plain: bool = False,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best chunks by BM25, ``(id, score)`` best first: the same rows and order as
     scoring every candidate, with most of the per-chunk work skipped.
@@ -132,6 +133,10 @@ async def rank(
     gated chunk scored), ``direct`` (few candidates: every one scored without bounds), ``bounded`` /
     ``full`` (no floor: the bound proof held / failed, so every candidate was scored).
     ``as_of`` (a past revision) takes the statistics from the chunks visible then: see :func:`_weights_as_of`.
+    ``plain`` says the tsquery is an OR of the scored lexemes and nothing else, and the predicate
+    is the one the postings' groups already apply (:func:`lexical.plain_disjunction` and
+    :meth:`ReadScope.groups_decide`): the direct pass over the postings then skips testing its best
+    rows against their chunks, since every chunk it scored matches.
     ``kept_bounds=False`` bounds each term by ``idf * (k1 + 1)`` alone (the bound before migration
     0019; for measuring what the kept bounds save, the answer is the same).
     """
@@ -158,6 +163,7 @@ async def rank(
             chunk_predicate,
             postings=by_postings,
             distributed=by_postings and await layout.distributed(conn),
+            checked=not plain,
         )
         found = (await conn.execute(text(statement), params)).all()
         weights = [r[1:9] for r in found if r[0] == 0]
@@ -308,6 +314,7 @@ def _weights_then_direct_sql(
     *,
     postings: bool = True,
     distributed: bool = False,
+    checked: bool = True,
 ) -> str:
     """The weights (rows ``(0, lexeme, idf, avgdl, df, n, n_all, NULL, ...)``) and, in the same
     statement, the direct pass (rows ``(1, NULL x 6, id, score, candidates)``, the ``limit`` best)
@@ -336,7 +343,7 @@ def _weights_then_direct_sql(
             "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, o.id, o.r, (SELECT count(*) FROM s) "
             "FROM o ORDER BY o.r DESC, o.id)"
         )
-        direct = _postings_sql(chunk_predicate, visible_groups=restricted, distributed=distributed)
+        direct = _postings_sql(chunk_predicate, visible_groups=restricted, distributed=distributed, checked=checked)
         return f"{head}{direct} {weight_rows}{walked}"
     scored = _SCORE.format(
         source="ce_chunks c CROSS JOIN q CROSS JOIN k",
@@ -352,7 +359,9 @@ def _weights_then_direct_sql(
     )
 
 
-def _postings_sql(chunk_predicate: str, *, visible_groups: bool, distributed: bool = False) -> str:
+def _postings_sql(
+    chunk_predicate: str, *, visible_groups: bool, distributed: bool = False, checked: bool = True
+) -> str:
     """The direct pass over the postings (migration 0020), as CTEs ``s`` (every chunk holding a query
     term in a group the caller may see, with its score) and ``o`` (the ``limit`` best of them that
     match the tsquery and the caller's predicate), after the weights' CTEs ``w``, ``vis``, ``dec``, ``q``.
@@ -362,19 +371,27 @@ def _postings_sql(chunk_predicate: str, *, visible_groups: bool, distributed: bo
     against its own row (the tsquery, which may hold phrases or negations, and the whole predicate)
     until ``limit`` pass: the ``OFFSET 0`` keeps the test above the sort, so rows below the answer
     are never read. The score is :data:`_SCORE`'s expression over the same idf and average length.
+    Without ``checked`` (a plain disjunction under a predicate the groups decide, see :func:`rank`)
+    no row is read but those the caller loads later: every posting is of a current chunk the groups
+    let the caller see, holding a term of the OR.
     """
     groups = "JOIN vis ON vis.group_id = p.group_id " if visible_groups else ""
     if distributed:
         return _postings_sql_distributed(chunk_predicate, groups)
+    if checked:
+        best = (
+            "o AS (SELECT b.id, b.r FROM (SELECT s.id, s.r FROM s ORDER BY s.r DESC, s.id OFFSET 0) b "
+            "WHERE (SELECT TRUE FROM ce_chunks c WHERE c.id = b.id AND c.tsv @@ (SELECT q.q FROM q) "
+            f"AND {chunk_predicate}) "
+            "ORDER BY b.r DESC, b.id LIMIT :limit)"
+        )
+    else:
+        best = "o AS (SELECT s.id, s.r FROM s ORDER BY s.r DESC, s.id LIMIT :limit)"
     return (
         "s AS MATERIALIZED (SELECT p.chunk_id AS id, sum(w.idf * p.tf * (:bm25_k1 + 1) / (p.tf + :bm25_k1 * "
         "(1 - :bm25_b + :bm25_b * p.tokens / w.avgdl))) AS r "
         f"FROM w JOIN ce_bm25_postings p ON p.lexeme = w.lexeme {groups}"
-        "WHERE (SELECT go FROM dec) GROUP BY p.chunk_id), "
-        "o AS (SELECT b.id, b.r FROM (SELECT s.id, s.r FROM s ORDER BY s.r DESC, s.id OFFSET 0) b "
-        "WHERE (SELECT TRUE FROM ce_chunks c WHERE c.id = b.id AND c.tsv @@ (SELECT q.q FROM q) "
-        f"AND {chunk_predicate}) "
-        "ORDER BY b.r DESC, b.id LIMIT :limit)"
+        "WHERE (SELECT go FROM dec) GROUP BY p.chunk_id), " + best
     )
 
 

@@ -16,6 +16,9 @@ from typing import Any
 
 _PIECE = re.compile(r'(-?)"([^"]+)"|(\S+)')
 _EDGE_PUNCT = re.compile(r"^\W+|\W+$")
+_LETTERS = re.compile(r"[A-Za-z]+")
+#: configurations whose dictionaries turn one ASCII word into at most one lexeme (no thesaurus)
+_ONE_LEXEME_CONFIGS = frozenset({"english", "simple"})
 
 #: PostgreSQL's (Snowball's) English stop-word list, the one the ``english`` configuration drops.
 #: Kept here so ``any`` matching drops the same words under the ``simple`` configuration.
@@ -72,6 +75,26 @@ def searchable(parsed: LexicalQuery, *, match: str, stopwords: frozenset[str]) -
         return list(parsed.positive)
     kept = [p for p in parsed.positive if p.startswith('"') or _EDGE_PUNCT.sub("", p).lower() not in stopwords]
     return kept or list(parsed.positive)
+
+
+def plain_disjunction(
+    query: str, *, match: str, config: str, stopwords: str | Collection[str] | None = "english"
+) -> bool:
+    """True when :func:`tsquery_sql` gives an OR of single lexemes and nothing else, the lexemes
+    :func:`terms_sql` gives: ``any`` matching, no -terms, and every searched piece one ASCII word
+    (edge punctuation aside) that is not websearch's ``or``, under a configuration that maps a word
+    to one lexeme at most. Anything else (a phrase, a hyphenated or accented word, a negation) may
+    hold a chunk with a query term that the tsquery still rejects."""
+    if match != "any" or config not in _ONE_LEXEME_CONFIGS:
+        return False
+    parsed = parse(query)
+    if parsed.negative:
+        return False
+    for piece in searchable(parsed, match=match, stopwords=stopword_set(stopwords)):
+        word = _EDGE_PUNCT.sub("", piece)
+        if '"' in piece or not _LETTERS.fullmatch(word) or word.lower() == "or":
+            return False
+    return True
 
 
 def tsquery_sql(

@@ -88,6 +88,13 @@ class ReadScope:
         """True when the read is of a past revision: the partial (current-only) indexes cannot serve it."""
         return self.as_of is not None
 
+    @property
+    def groups_decide(self) -> bool:
+        """True when whether a current chunk is in the scope depends only on its (source, ACL)
+        group: no pinned documents, no agent's links, no past revision (the BM25 postings' groups
+        then apply the whole predicate)."""
+        return self.document_ids is None and self.agent_id is None and self.as_of is None
+
     def live(self, alias: str, params: dict[str, Any]) -> str:
         """The time part alone, on chunk or version rows under ``alias``."""
         return live(alias, params, self.as_of)

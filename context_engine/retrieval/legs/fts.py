@@ -64,6 +64,8 @@ async def fts_leg(
                 report=report,
                 as_of=scope.as_of,
                 strategy=strategy,
+                plain=scope.groups_decide
+                and lexical.plain_disjunction(query, match=match, config=config, stopwords=stopwords),
             )
     rank_fn = "ts_rank_cd" if rank == "ts_rank_cd" else "ts_rank"
     # MATERIALIZED: build the tsquery once; inlined, unaccent (only stable) re-runs per row
