@@ -69,7 +69,7 @@ from context_engine.storage.predicates import ReadScope
 
 HERE = Path(__file__).resolve().parent
 SOURCE = "scale"
-#: the vector index, float4 (migration 0006) or over halfvec (0026, ``--halfvec``)
+#: the vector index, over halfvec (0026, the default) or float4 (migration 0006, ``--float4``)
 HNSW = ("ix_ce_chunks_embedding", "ix_ce_chunks_embedding_half")
 DIM = 384
 
@@ -600,7 +600,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel-workers", type=int, default=None)
     parser.add_argument("--shared-buffers", default="1GB")
     parser.add_argument("--out", type=Path, default=HERE / "results.json")
-    parser.add_argument("--halfvec", action="store_true", help="HNSW over halfvec; built first on --reuse")
+    parser.add_argument(
+        "--float4",
+        dest="halfvec",
+        action="store_false",
+        help="HNSW over float4 (storage.hnsw_halfvec off); by default over halfvec, built first on --reuse",
+    )
     parser.add_argument(
         "--alone",
         type=lambda v: tuple(x for x in v.split(",") if x),

@@ -14,7 +14,8 @@
    sub-queries are not comparable. A passage found by several legs, or for several sub-queries,
    ranks higher.
 4. **Enumeration.** A question asking for a list takes ``knowledge.enumeration_candidates`` per leg
-   instead of ``knowledge.candidates``, and the list-shaped candidates (tables, sheet rows, three or
+   instead of ``knowledge.candidates``; the candidates the usual depth finds keep that depth's order
+   and the deeper ones follow them, and the list-shaped candidates (tables, sheet rows, three or
    more list items) form one more ranking in the fusion, so the chunk holding the list rises.
 5. **Guarded rerank.** Only when ``rerank`` is set, a judge is configured and more candidates were
    fused than ``top_k``; see :mod:`context_engine.knowledge.guard` for when the verdict is used.
@@ -152,6 +153,7 @@ async def knowledge_query(
         fused = retriever.fuse(method, rankings)
         rows: dict[int, dict[str, Any]] = {}
         if enumeration and fused:
+            fused = _widened(retriever, method, rankings, fused, config.knowledge.candidates)
             rows = await repo.fetch_hits(db, [cid for cid, _ in fused], scope)
             listed = [cid for cid, _ in fused if cid in rows and shape.list_like(rows[cid]["text"], rows[cid]["kind"])]
             if listed:
@@ -233,6 +235,25 @@ async def knowledge_query(
         return KnowledgeResult(matches=matches, trace=trace)
     finally:
         await models.aclose()
+
+
+def _widened(
+    retriever: Retriever,
+    method: str,
+    rankings: dict[str, list[tuple[int, float]]],
+    fused: list[tuple[int, float]],
+    usual: int,
+) -> list[tuple[int, float]]:
+    """An enumeration's fused candidates: the order of the first ``usual`` per ranking (what the
+    question would have fused at the usual depth, so what ``/search`` ranks), then the candidates
+    only the wider lists found, in their fused order, scored no higher than the last of the first.
+    Fusion normalises each list over its depth, so fusing the wider lists alone reorders the head."""
+    head = retriever.fuse(method, {key: pairs[:usual] for key, pairs in rankings.items()})
+    if not head:
+        return fused
+    kept = {cid for cid, _ in head}
+    floor = head[-1][1]
+    return head + [(cid, min(score, floor)) for cid, score in fused if cid not in kept]
 
 
 def _best_similarity(per_query: list[list[tuple[int, float]]]) -> dict[int, float]:
