@@ -968,7 +968,7 @@ async def group_hits(
         keys, found = list(result.keys())[:-1], result.all()
     if not found:
         return {}, 0
-    return {int(r[0]): dict(zip(keys, r, strict=False)) for r in found}, int(found[0][-1])
+    return {int(r[0]): dict(zip(keys, r, strict=False)) for r in found}, min(int(found[0][-1]), documents)
 
 
 #: the candidates the caller may see, in rank order (``ord``), with their documents
@@ -1004,14 +1004,21 @@ _GROUP = (
     "WHERE n.name IS NOT NULL LIMIT :top_docs), "
     + _GROUP_PASSAGES
 )
-#: the same for a distributed (Citus) schema: joins, not a correlated lookup (see ``_HIT_NAME_JOINS``)
+#: The same for a distributed (Citus) schema, in the form it plans: the name joined per candidate
+#: (``_HIT_NAME_JOINS``; a correlated lookup over a CTE is not planned there) and the documents
+#: counted over all of them (:func:`group_hits` caps the count).
 _GROUP_DISTRIBUTED = (
-    _GROUP_VISIBLE
-    + "top AS MATERIALIZED (SELECT d.document_id, d.first, coalesce(hv.name, hd.name) AS name FROM d "
-    "LEFT JOIN ce_document_versions hv ON hv.document_id = d.document_id AND hv.version = d.version "
-    "LEFT JOIN ce_documents hd ON hd.id = d.document_id WHERE coalesce(hv.name, hd.name) IS NOT NULL "
-    "ORDER BY d.first LIMIT :top_docs), "
-    + _GROUP_PASSAGES
+    "WITH f AS (SELECT f.id, f.ord FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS f(id, ord)), "
+    "v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, coalesce(hv.name, hd.name) AS name FROM f "
+    f"JOIN ce_chunks c ON c.id = f.id {_HIT_NAME_JOINS} WHERE coalesce(hv.name, hd.name) IS NOT NULL AND {{visible}}), "
+    "d AS MATERIALIZED (SELECT v.document_id, min(v.ord) AS first FROM v GROUP BY v.document_id), "
+    "top AS (SELECT d.document_id, d.first FROM d ORDER BY d.first LIMIT :top_docs), "
+    "p AS (SELECT v.id, v.ord, v.name, top.first, "
+    "row_number() OVER (PARTITION BY v.document_id ORDER BY v.ord) AS k "
+    "FROM v JOIN top ON top.document_id = v.document_id) "
+    "SELECT c.id, CAST(c.document_id AS text) AS document_id, p.name AS document_name, c.text, c.source_id, "
+    "c.position, c.section, c.page, c.kind, c.version, (SELECT count(*) FROM d) AS documents "
+    "FROM p JOIN ce_chunks c ON c.id = p.id WHERE p.k <= :per_doc ORDER BY p.first, p.ord"
 )
 
 
