@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine.retrieval import planner
@@ -38,7 +38,7 @@ async def one_connection(database_url: str) -> AsyncIterator[AsyncEngine]:
         await db.dispose()
 
 
-def _scan(vector: list[float]) -> object:
+def _scan(vector: list[float]) -> TextClause:
     return text(
         "SELECT c.id, 1 - (c.embedding <=> CAST(:qv AS vector)) FROM ce_chunks c WHERE c.embedding IS NOT NULL "
         f"AND c.valid_to IS NULL ORDER BY {index_order(vector, halfvec=True)} LIMIT :limit"
@@ -65,7 +65,7 @@ async def test_the_settings_last_for_the_scan_only(one_connection: AsyncEngine) 
     settings = planner.index_settings(123, "relaxed_order", 5_000)
     async with one_connection.connect() as conn:
         params = {"qv": vector_literal(vector), "limit": 7}
-        rows = await _forced_index_scan(conn, _scan(vector), params, settings)  # type: ignore[arg-type]
+        rows = await _forced_index_scan(conn, _scan(vector), params, settings)
         exact = await conn.execute(
             text("SELECT id FROM ce_chunks ORDER BY (embedding <=> CAST(:qv AS vector)) + 0 LIMIT :limit"), params
         )
@@ -81,10 +81,10 @@ async def test_a_failed_scan_leaves_the_connection_idle_and_clean(one_connection
     bad = planner.index_settings(0, "relaxed_order")  # ef_search 0 is outside the range the server takes
     async with one_connection.connect() as conn:
         with pytest.raises(Exception) as failed:
-            await _forced_index_scan(conn, _scan(vector), params, bad)  # type: ignore[arg-type]
+            await _forced_index_scan(conn, _scan(vector), params, bad)
     assert isinstance(failed.value, psycopg.Error) or isinstance(failed.value.__cause__, psycopg.Error)
     assert await _session(one_connection) == before
     async with one_connection.connect() as conn:  # and the same session serves the next scan
-        rows = await _forced_index_scan(conn, _scan(vector), params, planner.index_settings(50))  # type: ignore[arg-type]
+        rows = await _forced_index_scan(conn, _scan(vector), params, planner.index_settings(50))
     assert len(rows) == 5
     assert await _session(one_connection) == before

@@ -971,16 +971,25 @@ async def group_hits(
     return {int(r[0]): dict(zip(keys, r, strict=False)) for r in found}, min(int(found[0][-1]), documents)
 
 
-#: the candidates the caller may see, in rank order (``ord``), with their documents
-_GROUP_VISIBLE = (
+#: The candidates the caller may see in rank order (``ord``), grouped by document; the documents kept
+#: (``top``); their first passages whole. The name is looked up once per document, best first, until
+#: ``top_docs`` have one, not once per candidate: a document's visible chunks are all of one version
+#: (a new version writes new chunk rows and closes the old ones in one transaction), so its chunks'
+#: names are one name, and only a document without one (neither its version's row nor a live row, as
+#: a past read of a deleted bulk-loaded document may find) is passed over. ``OFFSET 0`` keeps the sort
+#: below the lookups and the lookup evaluated once per row (inlined, the planner repeated it in the filter).
+_GROUP = (
     "WITH f AS (SELECT f.id, f.ord FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS f(id, ord)), "
     "v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, c.version FROM f JOIN ce_chunks c ON c.id = f.id "
     "WHERE {visible}), "
     "d AS MATERIALIZED (SELECT v.document_id, min(v.ord) AS first, min(v.version) AS version FROM v "
     "GROUP BY v.document_id), "
-)
-#: the winners' passages, best document first, best passage first, after ``top`` (the documents kept)
-_GROUP_PASSAGES = (
+    "top AS MATERIALIZED (SELECT s.document_id, s.first, n.name FROM "
+    "(SELECT d.document_id, d.first, d.version FROM d ORDER BY d.first OFFSET 0) s "
+    "CROSS JOIN LATERAL (SELECT coalesce((SELECT v.name FROM ce_document_versions v "
+    "WHERE v.document_id = s.document_id AND v.version = s.version), "
+    "(SELECT d.name FROM ce_documents d WHERE d.id = s.document_id)) AS name OFFSET 0) n "
+    "WHERE n.name IS NOT NULL LIMIT :top_docs), "
     "p AS (SELECT v.id, v.ord, top.name, top.first, "
     "row_number() OVER (PARTITION BY v.document_id ORDER BY v.ord) AS k "
     "FROM v JOIN top ON top.document_id = v.document_id) "
@@ -988,29 +997,14 @@ _GROUP_PASSAGES = (
     "c.position, c.section, c.page, c.kind, c.version, (SELECT count(*) FROM top) AS documents "
     "FROM p JOIN ce_chunks c ON c.id = p.id WHERE p.k <= :per_doc ORDER BY p.first, p.ord"
 )
-#: The name is looked up once per document, best first, until ``top_docs`` have one, not once per
-#: candidate: a document's visible chunks are all of one version (a new version writes new chunk rows
-#: and closes the old ones in one transaction), so its chunks' names are one name, and only a document
-#: without one (neither its version's row nor a live row, as a past read of a deleted bulk-loaded
-#: document may find) is passed over. ``OFFSET 0`` keeps the sort below the lookups and the lookup
-#: evaluated once per row (inlined, the planner repeated it in the filter).
-_GROUP = (
-    _GROUP_VISIBLE
-    + "top AS MATERIALIZED (SELECT s.document_id, s.first, n.name FROM "
-    "(SELECT d.document_id, d.first, d.version FROM d ORDER BY d.first OFFSET 0) s "
-    "CROSS JOIN LATERAL (SELECT coalesce((SELECT v.name FROM ce_document_versions v "
-    "WHERE v.document_id = s.document_id AND v.version = s.version), "
-    "(SELECT d.name FROM ce_documents d WHERE d.id = s.document_id)) AS name OFFSET 0) n "
-    "WHERE n.name IS NOT NULL LIMIT :top_docs), "
-    + _GROUP_PASSAGES
-)
 #: The same for a distributed (Citus) schema, in the form it plans: the name joined per candidate
 #: (``_HIT_NAME_JOINS``; a correlated lookup over a CTE is not planned there) and the documents
 #: counted over all of them (:func:`group_hits` caps the count).
+_JOINS, _NAME = _hit_name(distributed=True)
 _GROUP_DISTRIBUTED = (
     "WITH f AS (SELECT f.id, f.ord FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS f(id, ord)), "
-    "v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, coalesce(hv.name, hd.name) AS name FROM f "
-    f"JOIN ce_chunks c ON c.id = f.id {_HIT_NAME_JOINS} WHERE coalesce(hv.name, hd.name) IS NOT NULL AND {{visible}}), "
+    f"v AS MATERIALIZED (SELECT f.id, f.ord, c.document_id, {_NAME} AS name FROM f "
+    f"JOIN ce_chunks c ON c.id = f.id {_JOINS} WHERE {_NAME} IS NOT NULL AND {{visible}}), "
     "d AS MATERIALIZED (SELECT v.document_id, min(v.ord) AS first FROM v GROUP BY v.document_id), "
     "top AS (SELECT d.document_id, d.first FROM d ORDER BY d.first LIMIT :top_docs), "
     "p AS (SELECT v.id, v.ord, v.name, top.first, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +142,8 @@ async def _forced_index_scan(
             return list(await cursor.fetchall())
         except BaseException:
             if not raw.closed and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                await raw.execute("ROLLBACK")  # the failed block, not left open on the pooled connection
+                with contextlib.suppress(psycopg.Error):  # the block's own error is the one to raise
+                    await raw.execute("ROLLBACK")  # not left open on the pooled connection
             raise
     except psycopg.OperationalError as exc:  # the driver's own error: SQLAlchemy's translation is bypassed
         raise StorageUnavailable("the database could not be reached; retry shortly") from exc
