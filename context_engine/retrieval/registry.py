@@ -7,7 +7,8 @@ for this query under this configuration) and ``run``, which returns ``[(chunk_id
 first for one of the search's queries. Every leg reads through the caller's ``ReadScope`` predicate,
 so a leg added here cannot see more than the others. A leg that scores whole documents and hands
 each chunk its document's score sets ``scores_documents = True``, so rank fusion ranks a document's
-chunks as one.
+chunks as one. A leg that awaits ``search.vectors()`` sets ``embeds_queries = True``, so the
+retriever starts the embedding before any leg's statements (it is the longest wait of a search).
 
 The built-in legs (``fts``, ``trigram``, ``vector``, ``graph``, ``document_fts``) register themselves when
 :mod:`context_engine.retrieval.legs` is imported; :func:`legs` imports it first, so the registry is

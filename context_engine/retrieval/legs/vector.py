@@ -173,6 +173,7 @@ class VectorLeg:
 
     name = "vector"
     default_weight = 1.0
+    embeds_queries = True
 
     def applies(self, query: str, config: ContextEngineConfig) -> bool:
         return True
