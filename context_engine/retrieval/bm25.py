@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from context_engine.retrieval import bm25_gate
 from context_engine.retrieval.bm25_gate import lexeme_query
-from context_engine.storage import layout
+from context_engine.storage import driver_reads, layout
 from context_engine.storage.predicates import live, readable_now, visibility
 
 #: chunks fully scored per result row asked for, ranked first by their upper bound (see :func:`rank`).
@@ -165,7 +165,7 @@ async def rank(
             distributed=by_postings and await layout.distributed(conn),
             checked=not plain,
         )
-        found = (await conn.execute(text(statement), params)).all()
+        _, found = await driver_reads.read(conn, statement, params)  # the statement of nearly every search
         weights = [r[1:9] for r in found if r[0] == 0]
         if weights and found[0][9]:  # the direct pass ran: its rows are the answer
             scored = [r[10:] for r in found if r[0] == 1]

@@ -37,6 +37,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from context_engine.storage import driver_reads
 from context_engine.storage.predicates import ReadScope
 
 EXACT = "exact"
@@ -177,7 +178,7 @@ async def count_estimate(conn: AsyncConnection, scope: ReadScope) -> tuple[int, 
         "coalesce(sum(v.chunks) FILTER (WHERE v.kind = 'public'), 0) AS public "
         f"FROM ce_vector_counts v WHERE {keys}"
     )
-    row = (await conn.execute(text(statement), params)).one()
+    _, (row,) = await driver_reads.read(conn, statement, params)  # an aggregate: one row
     total, scoped, visible_rows, public = int(row[0]), int(row[1]), int(row[2]), int(row[3])
     unfiltered = scoped == total and (scope.principals is None or public == total)
     return min(visible_rows, scoped), total, unfiltered

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from context_engine.errors import DocumentBusy, NameTaken
-from context_engine.storage import bm25_stats, layout
+from context_engine.storage import bm25_stats, driver_reads, layout
 from context_engine.storage.custom_plans import planned_per_call
 from context_engine.storage.predicates import ReadScope, live, visibility
 from context_engine.storage.session_locks import LOCK_ID_SQL
@@ -944,7 +944,8 @@ async def fetch_hits(db: AsyncEngine, ids: Sequence[int], scope: ReadScope) -> d
             f"c.position, c.section, c.page, c.kind, c.version FROM ce_chunks c {joins} "
             f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND {name} IS NOT NULL AND {scope.predicate('c', params)}"
         )
-        return {int(r["id"]): dict(r) for r in (await conn.execute(text(sql), params)).mappings()}
+        keys, rows = await driver_reads.read(conn, sql, params)
+    return {int(r[0]): dict(zip(keys, r, strict=True)) for r in rows}
 
 
 async def group_hits(
@@ -964,8 +965,8 @@ async def group_hits(
     params: dict[str, Any] = {"ids": _id_array(ids), "top_docs": documents, "per_doc": per_document}
     async with db.connect() as pooled, planned_per_call(pooled) as conn:  # as fetch_hits
         sql = _GROUP_DISTRIBUTED if await layout.distributed(conn) else _GROUP
-        result = await conn.execute(text(sql.format(visible=scope.predicate("c", params))), params)
-        keys, found = list(result.keys())[:-1], result.all()
+        keys, found = await driver_reads.read(conn, sql.format(visible=scope.predicate("c", params)), params)
+    keys = keys[:-1]
     if not found:
         return {}, 0
     return {int(r[0]): dict(zip(keys, r, strict=False)) for r in found}, min(int(found[0][-1]), documents)
