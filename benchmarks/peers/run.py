@@ -7,7 +7,9 @@ Systems, all over the same BEIR corpus and queries and the same all-MiniLM-L6-v2
 * context-engine with its defaults, each document ingested as plain text (``title + "\\n\\n" + text``,
   no heading tricks) through ``ContextEngine.ingest`` on its own embedded server in a temporary
   directory, searched with ``search(top_k=100, group_by="document")``;
-* LanceDB: full-text (its native BM25 index), vector (flat, exact) and hybrid (both, its RRF reranker);
+* LanceDB: full-text (its native BM25 index), vector (flat, exact) and hybrid (both, its RRF reranker),
+  the hybrid search twice: returning the ids alone, and returning each document's text with its id,
+  which is what our search returns (the passages' text) and what a RAG caller reads;
 * Chroma: dense (its HNSW index, cosine);
 * bm25s (stemmed) and exact numpy dense search, and plain RRF of the two (k 60);
 * langchain-postgres ``PGVectorStore``, hybrid and vector alone, in a database of its own on our
@@ -73,6 +75,7 @@ import overhead  # noqa: E402
 
 DEPTH = 100
 RRF_K = 60
+HYBRID_WITH_TEXT = "LanceDB hybrid with text"
 
 
 def log(message: str) -> None:
@@ -207,21 +210,29 @@ def lancedb_systems(dataset: BeirDataset, ids: list[str], vectors: np.ndarray, w
     def vector(query: str, q: Any) -> list[str]:
         return [r["id"] for r in table.search(q).metric("cosine").select(["id"]).limit(DEPTH).to_list()]
 
-    def hybrid(query: str, q: Any) -> list[str]:
-        found = (
-            table.search(query_type="hybrid")
-            .vector(q)
-            .text(query)
-            .metric("cosine")
-            .rerank(reranker)
-            .select(["id"])
-            .limit(DEPTH)
-            .to_list()
-        )
-        return [r["id"] for r in found]
+    def hybrid_of(columns: list[str]) -> Callable[[str, Any], list[str]]:
+        def hybrid(query: str, q: Any) -> list[str]:
+            found = (
+                table.search(query_type="hybrid")
+                .vector(q)
+                .text(query)
+                .metric("cosine")
+                .rerank(reranker)
+                .select(columns)
+                .limit(DEPTH)
+                .to_list()
+            )
+            return [r["id"] for r in found]
+
+        return hybrid
 
     systems = [
-        Timed(f"LanceDB {lancedb.__version__} hybrid (BM25 index + flat vectors, RRF)", hybrid, needs_vector=True),
+        Timed(
+            f"LanceDB {lancedb.__version__} hybrid (BM25 index + flat vectors, RRF)",
+            hybrid_of(["id"]),
+            needs_vector=True,
+        ),
+        Timed(f"{HYBRID_WITH_TEXT} (the same, returning the text)", hybrid_of(["id", "text"]), needs_vector=True),
         Timed("LanceDB full-text alone", fts),
         Timed("LanceDB vector alone (flat)", vector, needs_vector=True),
     ]
@@ -319,10 +330,16 @@ async def handwritten_system(engine: ContextEngine, dataset: BeirDataset, ids: l
 
 
 async def concurrent_table(
-    engine: ContextEngine, hybrid: Timed, embed: Embed, queries: list[str], args: argparse.Namespace
+    engine: ContextEngine,
+    hybrid: Timed,
+    with_text: Timed,
+    embed: Embed,
+    queries: list[str],
+    args: argparse.Namespace,
 ) -> list[str]:
-    """``args.workers`` concurrent searchers: ours, LanceDB hybrid and the hand-written query, in
-    alternating windows (see ``concurrency.py``), with CPU per search including the server's."""
+    """``args.workers`` concurrent searchers: ours, LanceDB hybrid (ids alone, and with the text) and
+    the hand-written query, in alternating windows (see ``concurrency.py``), with CPU per search
+    including the server's."""
     url = await engine.services.database.url()
     pool: asyncio.Queue[handwritten.Searcher] = asyncio.Queue()
     for _ in range(args.workers):
@@ -335,6 +352,10 @@ async def concurrent_table(
         vector = await embed(query)
         return await asyncio.to_thread(hybrid.search, query, vector)
 
+    async def lance_text(query: str) -> object:
+        vector = await embed(query)
+        return await asyncio.to_thread(with_text.search, query, vector)
+
     async def hand(query: str) -> object:
         searcher = await pool.get()
         try:
@@ -345,7 +366,12 @@ async def concurrent_table(
     postmaster = (
         embedded.running_postmaster(engine.services.database._pgdata) if engine.services.database._pgdata else None
     )
-    systems = {"context-engine search": ours, "LanceDB hybrid": lance, "hand-written pgvector hybrid": hand}
+    systems: dict[str, concurrency.SearchOnce] = {
+        "context-engine search": ours,
+        "LanceDB hybrid": lance,
+        HYBRID_WITH_TEXT: lance_text,
+        "hand-written pgvector hybrid": hand,
+    }
     try:
         tallies = await concurrency.alternate(
             systems,
@@ -482,7 +508,7 @@ async def main(args: argparse.Namespace) -> None:
         if args.window_seconds > 0:
             log(f"concurrent windows start; load {load_average()}")
             args.pgdata = workdir / "pg" / "pgdata"
-            concurrent = await concurrent_table(engine, peers[0], embed, texts_of, args)
+            concurrent = await concurrent_table(engine, peers[0], peers[1], embed, texts_of, args)
             concurrent.append(f"\nload after the windows {load_average()}")
         for system in systems:
             for close in system.closers:
@@ -517,6 +543,11 @@ async def main(args: argparse.Namespace) -> None:
     for system in systems:
         print(_row(system.name, system.rankings, qrels, qids, first, second, system))
     print(_row(f"plain RRF of bm25s + exact dense (k {RRF_K})", rrf, qrels, qids, first, second, None))
+    print("\ncontext-engine's latency over LanceDB hybrid's, same queries interleaved:")
+    for peer in peers[:2]:
+        p50 = percentile(mine.latencies, 50) / percentile(peer.latencies, 50)
+        p95 = percentile(mine.latencies, 95) / percentile(peer.latencies, 95)
+        print(f"- against {peer.name}: p50 {p50:.2f}x, p95 {p95:.2f}x")
     print("\ncontext-engine minus plain RRF, nDCG@10 (paired bootstrap, 95%):")
     for label, part in (("all", qids), ("half A", first), ("half B", second)):
         mean, low, high = paired_bootstrap(mine.rankings, rrf, qrels, part)
