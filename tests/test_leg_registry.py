@@ -14,10 +14,12 @@ from sqlalchemy import text
 
 from context_engine import TRUSTED, ContextEngine
 from context_engine.config import ContextEngineConfig
+from context_engine.embeddings.base import InputKind
 from context_engine.errors import ConfigError
 from context_engine.retrieval import registry
 from context_engine.retrieval.retriever import Search
 from tests.conftest import make_config
+from tests.test_bm25_pruning import WordEmbedder
 
 
 class DocumentNameLeg:
@@ -141,3 +143,71 @@ async def test_replacing_the_engines_config_changes_the_next_search(database_url
                 seen[name] = (await engine.search("penguin colonies", principals=TRUSTED)).usage["legs"]
     assert seen["full-text leg alone"] == ["fts"] and seen["vector leg alone"] == ["vector"]
     assert set(seen["fused (configured)"]) >= {"fts", "vector"}
+
+
+class CountingEmbedder(WordEmbedder):
+    """Counts the query embeddings it was asked for, at the moment each call begins."""
+
+    def __init__(self) -> None:
+        self.query_calls = 0
+
+    async def embed(self, texts: list[str], *, kind: InputKind = "document") -> list[list[float]]:
+        if kind == "query":
+            self.query_calls += 1
+        return await super().embed(texts, kind=kind)
+
+
+class WitnessLeg:
+    """A leg that embeds nothing and notes whether the query embedding had begun when it ran."""
+
+    name = "witness"
+    default_weight = 1.0
+
+    def __init__(self, embedder: CountingEmbedder) -> None:
+        self.embedder = embedder
+        self.saw: list[int] = []
+
+    def applies(self, query: str, config: ContextEngineConfig) -> bool:
+        return True
+
+    async def run(self, search: Search, index: int) -> list[tuple[int, float]]:
+        self.saw.append(self.embedder.query_calls)
+        return []
+
+
+class VectorsLeg:
+    """A leg that awaits the query vectors, registered after the witness, so it runs after it."""
+
+    name = "vectors_after"
+    default_weight = 1.0
+    embeds_queries = True
+
+    def applies(self, query: str, config: ContextEngineConfig) -> bool:
+        return True
+
+    async def run(self, search: Search, index: int) -> list[tuple[int, float]]:
+        await search.vectors()
+        return []
+
+
+async def test_the_query_embedding_begins_before_any_leg_runs(database_url: str) -> None:
+    embedder = CountingEmbedder()
+    witness, vectors = WitnessLeg(embedder), VectorsLeg()
+    registry.register(witness)
+    registry.register(vectors)
+    try:
+        # the built-in vector leg off: only the leg registered after the witness asks for vectors
+        config = make_config(database_url, fusion={"weights": {"vector": 0.0}})
+        async with ContextEngine(config, embedder=embedder) as engine:
+            await engine.ingest(text="Penguin colonies nest on rocky shores.", name="birds.md", acl=[])
+            result = await engine.search("penguin colonies", top_k=3, principals=TRUSTED)
+            assert result.hits  # the full-text leg found it
+            assert embedder.query_calls == 1  # embedded once, for the leg that asked
+            assert witness.saw == [1]  # already begun when the first custom leg ran
+            embedder.query_calls = 0
+            config.fusion.weights["vectors_after"] = 0.0  # no active leg embeds: nothing is embedded
+            await engine.search("penguin colonies", top_k=3, principals=TRUSTED)
+            assert embedder.query_calls == 0
+    finally:
+        registry.unregister(witness.name)
+        registry.unregister(vectors.name)
