@@ -86,6 +86,8 @@ class Supervisor:
                     "restarting the embedded PostgreSQL in %s failed (attempt %d of %d): %s",
                     self.pgdata, attempt, RESTART_ATTEMPTS, exc,
                 )
+            if attempt == RESTART_ATTEMPTS:
+                break  # nothing is left to wait for: give up now, not a pause later
             if self._stopping.wait(pause):
                 return True
             pause = min(pause * 2, MAX_PAUSE_SECONDS)
