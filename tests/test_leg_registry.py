@@ -204,8 +204,10 @@ async def test_the_query_embedding_begins_before_any_leg_runs(database_url: str)
             assert result.hits  # the full-text leg found it
             assert embedder.query_calls == 1  # embedded once, for the leg that asked
             assert witness.saw == [1]  # already begun when the first custom leg ran
-            embedder.query_calls = 0
-            config.fusion.weights["vectors_after"] = 0.0  # no active leg embeds: nothing is embedded
+        embedder.query_calls = 0
+        # no active leg embeds: nothing is embedded
+        quiet = make_config(database_url, fusion={"weights": {"vector": 0.0, "vectors_after": 0.0}})
+        async with ContextEngine(quiet, embedder=embedder) as engine:
             await engine.search("penguin colonies", top_k=3, principals=TRUSTED)
             assert embedder.query_calls == 0
     finally:
