@@ -88,3 +88,17 @@ async def test_a_failed_scan_leaves_the_connection_idle_and_clean(one_connection
         rows = await _forced_index_scan(conn, _scan(vector), params, planner.index_settings(50))
     assert len(rows) == 5
     assert await _session(one_connection) == before
+
+
+async def test_the_settings_are_in_force_for_the_scan(one_connection: AsyncEngine) -> None:
+    """No BEGIN is sent: the settings reach the scan through the implicit transaction of one Sync."""
+    settings = planner.index_settings(77, "relaxed_order", 4_321)
+    seen = text(
+        "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan'), "
+        "current_setting('hnsw.max_scan_tuples'), current_setting('enable_seqscan')"
+    )
+    async with one_connection.connect() as conn:
+        await conn.execute(text("SELECT CAST('[1]' AS vector)"))  # loads pgvector, whose settings are read
+        rows = await _forced_index_scan(conn, seen, {}, settings)
+    assert rows == [("77", "relaxed_order", "4321", "off")]
+    assert (await _session(one_connection))[1] != "77"

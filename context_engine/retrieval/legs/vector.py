@@ -106,9 +106,11 @@ async def _forced_index_scan(
     """``statement`` under transaction-local ``settings``, in one round trip.
 
     The settings must be in force when the query is planned, so they are a statement of their own
-    inside the query's transaction; psycopg's pipeline sends BEGIN, the settings, the query and
-    COMMIT together instead of waiting for each (under load every round trip is a wake-up of both
-    processes). Every value is still a bound parameter.
+    inside the query's transaction, and psycopg's pipeline sends both together instead of waiting
+    for each (under load every round trip is a wake-up of both processes). On an autocommit
+    connection (the search path's) no BEGIN or COMMIT is sent: statements sent before one protocol
+    Sync run in one implicit transaction, which the Sync at the end of the pipeline closes, and the
+    settings with it. Every value is still a bound parameter.
     """
     values: dict[str, str] = {}
     for i, (name, value) in enumerate(settings.items()):
@@ -131,14 +133,13 @@ async def _forced_index_scan(
                     await raw.execute(f"SELECT {gucs}", values)
                 cursor = await raw.execute(compiled.string, args)
             return list(await cursor.fetchall())
-        # an autocommit read (the search path's): BEGIN and COMMIT as statements of the pipeline, which
-        # saves the synchronisations psycopg's transaction block adds to it (about 1 ms a search here)
+        # an autocommit read: the settings and the query share the implicit transaction that the
+        # pipeline's one Sync ends (psycopg's transaction block would add synchronisations, and
+        # BEGIN and COMMIT two statements, to every search)
         try:
             async with raw.pipeline():
-                await raw.execute("BEGIN")
                 await raw.execute(f"SELECT {gucs}", values)
                 cursor = await raw.execute(compiled.string, args)
-                await raw.execute("COMMIT")
             return list(await cursor.fetchall())
         except BaseException:
             if not raw.closed and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
