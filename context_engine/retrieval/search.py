@@ -151,11 +151,11 @@ def _documents(hits: list[Hit]) -> list[DocumentHit]:
     for hit in hits:
         grouped.setdefault(hit.document_id, []).append(hit)
     names = registry.names()
+    place = {leg: i for i, leg in enumerate(names)}
+    unknown = len(names)
     documents = []
     for passages in grouped.values():
-        legs: list[str] = []
-        for hit in passages:
-            legs.extend(leg for leg in hit.matched_by if leg not in legs)
+        legs = dict.fromkeys(leg for hit in passages for leg in hit.matched_by)  # first seen first
         first = passages[0]
         documents.append(
             _new_document(
@@ -164,7 +164,7 @@ def _documents(hits: list[Hit]) -> list[DocumentHit]:
                     "document_name": first.document_name,
                     "source_id": first.source_id,
                     "score": first.score,
-                    "matched_by": sorted(legs, key=lambda leg: names.index(leg) if leg in names else len(names)),
+                    "matched_by": sorted(legs, key=lambda leg: place.get(leg, unknown)),
                     "passages": passages,
                 }
             )
