@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import random
+import string
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -180,8 +182,21 @@ def test_every_pass_was_taken_by_the_random_queries() -> None:
 
 PLAIN_SEEN: set[bool] = set()
 #: pieces the plain-disjunction shortcut must see through or refuse: a phrase by hyphen, websearch's
-#: ``or``, edge punctuation, capitals, a digit, an accent (unaccent folds it) and an apostrophe
-EDGE_PIECES = ["cell-protein", "or", "OR", "signal.", "(kinase", "Protein", "gene2", "prïon", "mouse's"]
+#: ``or``, edge punctuation, capitals, a digit, an accent (unaccent folds it), an apostrophe, a bracket
+#: before a minus (websearch's negation) and a float that splits a token
+EDGE_PIECES = [
+    "cell-protein",
+    "or",
+    "OR",
+    "signal.",
+    "(kinase",
+    "Protein",
+    "gene2",
+    "prïon",
+    "mouse's",
+    "(-cell",
+    "3e14a6",
+]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -214,7 +229,9 @@ async def test_direct_pass_over_the_postings_equals_scoring_every_tsvector(
     assert report["pass"] == "direct" or not expected
     checked, _ = await ranked(db, query, caller, limit, "pruned", match=match, direct_factor=1e9, plain=False)
     assert_same(checked, expected)  # the shortcut's answer is the checked pass's
-    simple = negated is None and match == "any" and "cell-protein" not in words
+    # a phrase by hyphen or by a split token, and a negation websearch reads after a bracket
+    phrases = {"cell-protein", "3e14a6", "(-cell"}
+    simple = negated is None and match == "any" and not phrases.intersection(words)
     if simple and report["pass"] == "direct":  # every scored chunk matches: the counts agree
         assert report["candidates"] == full["candidates"]
     old, _ = await ranked(db, query, caller, limit, "pruned", match=match, direct_factor=1e9, postings=False)
@@ -227,8 +244,9 @@ def test_the_random_queries_took_the_shortcut_and_its_refusal() -> None:
 
 
 def test_a_plain_disjunction_is_single_ascii_words_or_ed() -> None:
-    plain = ["cell protein", "Cell, protein.", "(kinase) signal!", "the cell", "cell of the mouse"]
-    refused = ["cell-protein", '"cell protein"', "cell -protein", "prïon", "mouse's", "gene2"]
+    plain = ["cell protein", "Cell, protein.", "(kinase) signal!", "the cell", "cell of the mouse", "gene2 (p53) 2009"]
+    refused = ["cell-protein", '"cell protein"', "cell -protein", "prïon", "mouse's", "(-cell", "(~cell", "cell.."]
+    refused += ["3e14a6"]
     assert all(lexical.plain_disjunction(q, match="any", config="english") for q in plain)
     assert not any(lexical.plain_disjunction(q, match="any", config="english") for q in refused)
     assert not lexical.plain_disjunction("cell protein", match="all", config="english")
@@ -237,6 +255,40 @@ def test_a_plain_disjunction_is_single_ascii_words_or_ed() -> None:
     # "or" is dropped as a stop word in any-matching; kept, it is websearch's operator, not a lexeme
     assert lexical.plain_disjunction("cell or protein", match="any", config="english")
     assert not lexical.plain_disjunction("cell or protein", match="any", config="simple", stopwords=None)
+
+
+def test_a_piece_taken_as_plain_is_one_lexeme_to_the_server(database_url: str) -> None:
+    """Every piece the shortcut takes is, to the server's own parser, the same single lexeme (or none)
+    for the tsquery and for the terms, under both configurations; random pieces of letters, digits,
+    an exponent's ``e`` and any punctuation on either edge, and the edges that fooled a looser rule."""
+    rng = random.Random(11)
+    cores = ["cell", "Cell", "p53", "gene2", "5", "2009", "e", "E", "IL6", "0", "3e14a6", "x" * 3000]
+    edges = string.punctuation
+    pieces = ["(-cell", "(~cell", "{cell..", "cell..", "%{69..", "<~fe4>", "(kinase", "signal.", "cell),"]
+    for _ in range(1500):
+        core = "".join(rng.choice(string.ascii_letters + string.digits + "eE") for _ in range(rng.randint(1, 8)))
+        core = rng.choice([core, rng.choice(cores)])
+        before = "".join(rng.choice(edges) for _ in range(rng.choice([0, 0, 1, 2])))
+        after = "".join(rng.choice(edges) for _ in range(rng.choice([0, 0, 1, 2])))
+        pieces.append(before + core + after)
+    taken = 0
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SET client_min_messages = error")  # a too-long word's notice
+        conn.execute("CREATE EXTENSION IF NOT EXISTS unaccent")
+        for config in ("english", "simple"):
+            for piece in pieces:
+                if not lexical.plain_disjunction(piece, match="any", config=config, stopwords=None):
+                    continue
+                taken += 1
+                query, lexemes = conn.execute(
+                    "SELECT websearch_to_tsquery(CAST(%s AS regconfig), unaccent(%s))::text, "
+                    "tsvector_to_array(to_tsvector(CAST(%s AS regconfig), unaccent(%s)))",
+                    (config, piece, config, piece),
+                ).fetchone()
+                assert len(lexemes) <= 1, (config, piece, lexemes)
+                expected = "'" + lexemes[0].replace("'", "''") + "'" if lexemes else ""
+                assert query == expected, (config, piece, query, lexemes)
+    assert taken > 400  # hundreds of pieces were taken, not only the easy ones
 
 
 async def test_postings_follow_every_write_path(database_url: str) -> None:

@@ -16,7 +16,13 @@ from typing import Any
 
 _PIECE = re.compile(r'(-?)"([^"]+)"|(\S+)')
 _EDGE_PUNCT = re.compile(r"^\W+|\W+$")
-_LETTERS = re.compile(r"[A-Za-z]+")
+#: a piece the default parser reads as one token, the same for ``websearch_to_tsquery`` and
+#: ``to_tsvector``: ASCII letters and digits starting with a letter, or digits alone, between plain
+#: brackets, quotes and sentence punctuation. Anything else is left to the checked pass: a piece that
+#: starts with a digit and holds a letter may be split ('3e14a6' is '3e14' <-> 'a6'), '..' is a
+#: lexeme of its own, and other edges change the query ('(-cell' is a negation, '(~cell' the lexeme
+#: '~cell'), which a test against the server's parser shows (tests/test_bm25_pruning.py).
+_ONE_TOKEN = re.compile(r"[(\[']*(?P<word>[A-Za-z][A-Za-z0-9]*|[0-9]+)[)\]',;:!?.]*")
 #: configurations whose dictionaries turn one ASCII word into at most one lexeme (no thesaurus)
 _ONE_LEXEME_CONFIGS = frozenset({"english", "simple"})
 
@@ -81,9 +87,9 @@ def plain_disjunction(
     query: str, *, match: str, config: str, stopwords: str | Collection[str] | None = "english"
 ) -> bool:
     """True when :func:`tsquery_sql` gives an OR of single lexemes and nothing else, the lexemes
-    :func:`terms_sql` gives: ``any`` matching, no -terms, and every searched piece one ASCII word
-    (edge punctuation aside) that is not websearch's ``or``, under a configuration that maps a word
-    to one lexeme at most. Anything else (a phrase, a hyphenated or accented word, a negation) may
+    :func:`terms_sql` gives: ``any`` matching, no -terms, and every searched piece one token of the
+    parser (see ``_ONE_TOKEN``) that is not websearch's ``or``, under a configuration that maps a
+    token to one lexeme at most. Anything else (a phrase, a hyphenated or accented word, a negation) may
     hold a chunk with a query term that the tsquery still rejects."""
     if match != "any" or config not in _ONE_LEXEME_CONFIGS:
         return False
@@ -91,8 +97,8 @@ def plain_disjunction(
     if parsed.negative:
         return False
     for piece in searchable(parsed, match=match, stopwords=stopword_set(stopwords)):
-        word = _EDGE_PUNCT.sub("", piece)
-        if '"' in piece or not _LETTERS.fullmatch(word) or word.lower() == "or":
+        token = _ONE_TOKEN.fullmatch(piece)
+        if token is None or ".." in piece or token["word"].lower() == "or":
             return False
     return True
 
