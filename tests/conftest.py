@@ -20,7 +20,7 @@ import pytest
 from psycopg import sql
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from context_engine import ContextEngine, ContextEngineConfig
+from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.storage import embedded
 from context_engine.storage.database import Database, to_driver_url
 from context_engine.storage.migrate import migrate
@@ -88,7 +88,7 @@ def migrated_pgdata() -> Iterator[Path]:
     async def first_start() -> None:
         engine = ContextEngine(ContextEngineConfig(storage={"data_dir": str(base)}))  # type: ignore[arg-type]
         try:
-            await engine.stats()
+            await engine.stats(principals=TRUSTED)
         finally:
             await engine.aclose()
 
