@@ -94,6 +94,14 @@ def example_env(base: Path, port: int) -> dict[str, str]:
     return env
 
 
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            return True
+    except OSError:
+        return False
+
+
 def wait_until_mcp_answers(server: subprocess.Popen[str], port: int) -> dict[str, object]:
     """The knowledge tool's ``list`` over MCP, once ``context-engine mcp`` answers (it reads the database)."""
 
@@ -107,9 +115,12 @@ def wait_until_mcp_answers(server: subprocess.Popen[str], port: int) -> dict[str
     while time.monotonic() < deadline:
         if server.poll() is not None:
             pytest.fail(f"the server exited early: {server.communicate()[1]}")
+        if not listening(port):  # a refused connect costs next to nothing; an SDK client each time does not
+            time.sleep(POLL_SECONDS)
+            continue
         try:
             return asyncio.run(listed())
-        except Exception:  # not listening yet: the SDK wraps the refused connection in several types
+        except Exception:  # not answering yet: the SDK wraps the refused connection in several types
             time.sleep(POLL_SECONDS)
     pytest.fail("the MCP server did not answer in time")
 
