@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -19,7 +20,7 @@ import pytest
 from psycopg import sql
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from context_engine import ContextEngine, ContextEngineConfig
+from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.storage import embedded
 from context_engine.storage.database import Database, to_driver_url
 from context_engine.storage.migrate import migrate
@@ -39,6 +40,67 @@ def server_dir() -> Path:
     lock the server's own system user out of a data directory kept there.
     """
     return Path(tempfile.mkdtemp(prefix="ce-test-"))
+
+
+def copy_data_directory(pgdata: Path, base: Path) -> None:
+    """A copy of ``pgdata`` (a stopped server's data directory) as ``base/pgdata``, modes and owners kept
+    (the server's log is left behind).
+
+    An embedded server run by root runs as the wheel's own system user, which must own its files.
+    """
+    target = base / "pgdata"
+    shutil.copytree(pgdata, target, symlinks=True, ignore=lambda _dir, _names: ["log"] if _dir == str(pgdata) else [])
+    if os.geteuid() == 0:
+        for directory, _dirs, files in os.walk(target):
+            for path in (directory, *(os.path.join(directory, name) for name in files)):
+                source = pgdata / os.path.relpath(path, target)
+                owner = source.lstat()
+                os.lchown(path, owner.st_uid, owner.st_gid)
+
+
+@pytest.fixture(scope="session")
+def stopped_pgdata() -> Iterator[Path]:
+    """A data directory an embedded server was started in once and stopped (its holder released it).
+
+    Tests of the embedded server's processes copy it (:func:`copy_data_directory`) instead of each
+    running initdb, which flushes every file it writes (seconds on a machine whose disk is busy).
+    A copy is what a host finds on its second start: the same initialised files, nothing running,
+    no holder listed. The first start in an empty directory is still the session server's, and
+    each file's ``fresh_base`` tests'.
+    """
+    base = server_dir()
+    pgdata, _url = embedded.acquire(base)
+    embedded.release(pgdata)
+    try:
+        yield pgdata
+    finally:
+        embedded.remove(base)
+
+
+@pytest.fixture(scope="session")
+def migrated_pgdata() -> Iterator[Path]:
+    """As :func:`stopped_pgdata`, after an engine on the default settings migrated its database.
+
+    What an example server finds on its second start: its own first start migrated the schema.
+    """
+    base = server_dir()
+
+    async def first_start() -> None:
+        engine = ContextEngine(ContextEngineConfig(storage={"data_dir": str(base)}))  # type: ignore[arg-type]
+        try:
+            await engine.stats(principals=TRUSTED)
+        finally:
+            await engine.aclose()
+
+    # on a thread of its own: a fixture may be set up while the session's event loop runs
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, first_start()).result()
+    pgdata = base / "pgdata"
+    assert embedded.holders(pgdata) == [] and embedded.running_postmaster(pgdata) is None
+    try:
+        yield pgdata
+    finally:
+        embedded.remove(base)
 
 
 #: Why: the session's server holds throwaway databases, so it need not survive a crash of the machine.

@@ -21,7 +21,7 @@ from context_engine.cli.progress import ProgressDisplay
 from context_engine.cli.serve import build_app
 from context_engine.hooks import Hooks
 from context_engine.storage import embedded
-from tests.conftest import make_config, server_dir
+from tests.conftest import copy_data_directory, make_config, server_dir
 from tests.pg_state import assert_nothing_running
 from tests.waiting import HANG_GUARD
 
@@ -171,12 +171,15 @@ def test_without_the_docs_extra_the_pages_say_so_and_the_schema_stays(
 
 # ------------------------------------------------------------------------------------ stopping
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
-def test_a_stopped_ingest_closes_the_engine_and_stops_the_embedded_server(tmp_path: Path, signum: int) -> None:
+def test_a_stopped_ingest_closes_the_engine_and_stops_the_embedded_server(
+    tmp_path: Path, migrated_pgdata: Path, signum: int
+) -> None:
     folder = tmp_path / "many"
     folder.mkdir()
     for i in range(30):
         (folder / f"note-{i}.md").write_text(PARAGRAPHS.replace("harbour", f"harbour {i}"))
     base = server_dir()
+    copy_data_directory(migrated_pgdata, base)  # what a second run finds: initialised and migrated
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),

@@ -1,6 +1,7 @@
 """The embedded server outlives no host: each way a host ends leaves nothing, or a server the next start adopts.
 
-Real subprocesses acquire a real embedded server in a fresh data directory and are ended with
+Real subprocesses acquire a real embedded server in a directory of their own (a copy of a data
+directory initialised once for the session; one test starts in an empty one) and are ended with
 each signal; what is left is read from the process table, ``postmaster.pid`` and ``pg_ctl status``.
 A host that cannot clean up (SIGKILL, an unhandled SIGTERM) leaves the server to the directory's
 reaper, which stops it; with the reaper gone too, the next start adopts the server.
@@ -30,7 +31,7 @@ from context_engine.errors import ContextEngineError
 from context_engine.principals import TRUSTED
 from context_engine.storage import embedded
 from context_engine.storage.embedded_supervisor import RESTART_ATTEMPTS
-from tests.conftest import server_dir
+from tests.conftest import copy_data_directory, server_dir
 from tests.pg_state import (
     assert_nothing_running,
     pg_ctl_status,
@@ -44,12 +45,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
+def fresh_base() -> Iterator[Path]:
+    """An empty directory: the host's start runs initdb."""
     path = server_dir()
     try:
         yield path
     finally:
         embedded.remove(path)  # whatever a failed test left running is stopped with its directory
+
+
+@pytest.fixture
+def base(fresh_base: Path, stopped_pgdata: Path) -> Path:
+    """A directory holding a copy of a stopped server's data directory: the start skips initdb."""
+    copy_data_directory(stopped_pgdata, fresh_base)
+    return fresh_base
 
 
 def start_host(base: Path) -> subprocess.Popen[str]:
@@ -70,7 +79,8 @@ def start_host(base: Path) -> subprocess.Popen[str]:
     return host
 
 
-def test_a_host_that_exits_normally_stops_the_server(base: Path) -> None:
+def test_a_host_that_exits_normally_stops_the_server(fresh_base: Path) -> None:
+    base = fresh_base  # the first start in an empty directory, by a host of its own
     host = start_host(base)
     pgdata = base / "pgdata"
     assert len(postgres_processes(pgdata)) == 1
@@ -139,6 +149,9 @@ def test_a_pid_reused_by_another_process_is_not_a_holder(base: Path) -> None:
     starts = json.loads((pgdata / embedded.STARTS_FILE).read_text())
     host.send_signal(signal.SIGKILL)
     host.wait(timeout=30)
+    # a reused pid belongs to a process started after the holder was recorded, by more than the second
+    # a start time is allowed to differ by: a host that came up quickly is not yet that far behind
+    assert wait_for(lambda: time.time() > starts[str(host.pid)] + 2.0)
     # an unrelated process that happens to have the dead holder's pid: one started now stands in
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

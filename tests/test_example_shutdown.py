@@ -1,7 +1,10 @@
 """Each example server, run for real and stopped with SIGTERM or SIGINT, exits cleanly and stops its PostgreSQL.
 
 The servers (the examples, ``context-engine serve``, ``context-engine mcp``, Django's ``runserver``)
-use the embedded PostgreSQL in a fresh data directory; a request that reads the database starts it.
+use the embedded PostgreSQL in a data directory of their own: a copy of one an engine on the default
+settings initialised and migrated once for the session (what a server finds on its second start),
+or an empty one (``context-engine serve`` stopped with SIGTERM: the first start, initdb and every
+revision). A request that reads the database starts it.
 After the signal: a clean exit, no traceback, nothing running, no holder listed.
 """
 
@@ -22,9 +25,9 @@ import pytest
 from mcp import Client
 
 from context_engine.storage import embedded
-from tests.conftest import server_dir
+from tests.conftest import copy_data_directory, server_dir
 from tests.pg_state import assert_nothing_running, postgres_processes, wait_for
-from tests.waiting import HANG_GUARD
+from tests.waiting import HANG_GUARD, POLL_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -51,12 +54,20 @@ def command(framework: str, port: int) -> tuple[list[str], Path]:
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
+def fresh_base() -> Iterator[Path]:
+    """An empty directory: the server's first request runs initdb and migrates."""
     path = server_dir()
     try:
         yield path
     finally:
         embedded.remove(path)
+
+
+@pytest.fixture
+def base(fresh_base: Path, migrated_pgdata: Path) -> Path:
+    """A directory holding a copy of a migrated, stopped data directory."""
+    copy_data_directory(migrated_pgdata, fresh_base)
+    return fresh_base
 
 
 def wait_until_serving(server: subprocess.Popen[str], url: str, headers: dict[str, str]) -> httpx.Response:
@@ -67,7 +78,7 @@ def wait_until_serving(server: subprocess.Popen[str], url: str, headers: dict[st
         try:
             return httpx.get(url, headers=headers, timeout=60)
         except httpx.TransportError:
-            time.sleep(0.3)
+            time.sleep(POLL_SECONDS)
     pytest.fail("the server did not answer in time")
 
 
@@ -83,6 +94,14 @@ def example_env(base: Path, port: int) -> dict[str, str]:
     return env
 
 
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            return True
+    except OSError:
+        return False
+
+
 def wait_until_mcp_answers(server: subprocess.Popen[str], port: int) -> dict[str, object]:
     """The knowledge tool's ``list`` over MCP, once ``context-engine mcp`` answers (it reads the database)."""
 
@@ -96,14 +115,19 @@ def wait_until_mcp_answers(server: subprocess.Popen[str], port: int) -> dict[str
     while time.monotonic() < deadline:
         if server.poll() is not None:
             pytest.fail(f"the server exited early: {server.communicate()[1]}")
+        if not listening(port):  # a refused connect costs next to nothing; an SDK client each time does not
+            time.sleep(POLL_SECONDS)
+            continue
         try:
             return asyncio.run(listed())
-        except Exception:  # not listening yet: the SDK wraps the refused connection in several types
-            time.sleep(0.3)
+        except Exception:  # not answering yet: the SDK wraps the refused connection in several types
+            time.sleep(POLL_SECONDS)
     pytest.fail("the MCP server did not answer in time")
 
 
 STOPS = (signal.SIGTERM, signal.SIGINT)
+#: the case whose server starts in an empty data directory (the others start in a migrated copy)
+FIRST_START = ("cli-serve", signal.SIGTERM)
 CASES = [
     *[(framework, signum) for framework in ("fastapi", "flask", "django", "cli-serve", "cli-mcp") for signum in STOPS],
     ("cli-serve", signal.SIGHUP),  # a closed terminal
@@ -112,7 +136,10 @@ CASES = [
 
 
 @pytest.mark.parametrize(("framework", "signum"), CASES, ids=[f"{f}-{signal.Signals(s).name}" for f, s in CASES])
-def test_a_stopped_example_exits_cleanly_and_stops_postgres(base: Path, framework: str, signum: int) -> None:
+def test_a_stopped_example_exits_cleanly_and_stops_postgres(
+    request: pytest.FixtureRequest, framework: str, signum: int
+) -> None:
+    base: Path = request.getfixturevalue("fresh_base" if (framework, signum) == FIRST_START else "base")
     port = free_port()
     argv, cwd = command(framework, port)
     server = subprocess.Popen(
