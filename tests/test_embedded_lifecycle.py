@@ -29,7 +29,7 @@ import pytest
 from context_engine import ContextEngine, ContextEngineConfig
 from context_engine.errors import ContextEngineError
 from context_engine.principals import TRUSTED
-from context_engine.storage import embedded
+from context_engine.storage import embedded, embedded_supervisor
 from context_engine.storage.embedded_supervisor import RESTART_ATTEMPTS
 from tests.conftest import copy_data_directory, server_dir
 from tests.pg_state import (
@@ -315,8 +315,12 @@ def test_two_holders_of_a_killed_server_bring_back_exactly_one(base: Path) -> No
 
 
 def test_a_server_that_cannot_start_again_is_given_up_after_bounded_attempts(
-    base: Path, caplog: pytest.LogCaptureFixture
+    base: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the pauses between attempts (0.5 s doubling to 8 s, 15.5 s in all) are not what this test
+    # checks: the count of attempts and the giving up are; shorter pauses keep it off the suite's tail
+    monkeypatch.setattr(embedded_supervisor, "FIRST_PAUSE_SECONDS", 0.05)
+    monkeypatch.setattr(embedded_supervisor, "MAX_PAUSE_SECONDS", 0.2)
     pgdata = base / "pgdata"
     embedded.acquire(base)
     try:
