@@ -31,6 +31,7 @@ from context_engine.storage.migrate import _split, citus_files, migrations_dir
 from context_engine.storage.predicates import ReadScope
 from context_engine.storage.vectors import vector_literal
 from tests.conftest import make_config
+from tests.hnsw_rebuild import hnsw_built_after
 
 QUERY = "quarterly revenue forecast for the northern region"
 CROWD, FAR = "group:crowd", "group:far"
@@ -68,33 +69,24 @@ def insert_clustered(url: str, centre: Sequence[float], *, crowd: int = 1200, fa
         return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
     with psycopg.connect(url, autocommit=True) as conn:
-        # the HNSW index dropped first and built after, as a bulk load does: 1,224 inserts into it
-        # one by one took about 7 s, the build takes a fraction of that
-        index = conn.execute(
-            "SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) FROM pg_index i "
-            "JOIN pg_class x ON x.oid = i.indexrelid JOIN pg_am a ON a.oid = x.relam "
-            "WHERE i.indrelid = 'ce_chunks'::regclass AND a.amname = 'hnsw'"
-        ).fetchone()
-        assert index is not None
-        conn.execute(f"DROP INDEX {index[0]}")
-        for acl, vectors in ((CROWD, around(c, crowd)), (FAR, around(-c, far))):
-            doc = str(uuid.uuid4())
-            conn.execute(
-                "INSERT INTO ce_documents (id, source_id, name, mime, acl, status, chunk_count, version, "
-                "created_revision, updated_revision) "
-                "VALUES (%s, 'test', %s, 'text/plain', %s, 'completed', %s, 1, 1, 1)",
-                (doc, f"{acl}.txt", [acl], len(vectors)),
-            )
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, tsv, "
-                    "embedding, valid_from) VALUES (%s, 1, %s, 'test', %s, %s, %s, ''::tsvector, %s::vector, 1)",
-                    [
-                        (doc, i, [acl], f"{acl} chunk {i}", f"h{i}", vector_literal(v.tolist()))
-                        for i, v in enumerate(vectors)
-                    ],
+        with hnsw_built_after(conn):  # 1,224 index inserts one by one took about 7 s
+            for acl, vectors in ((CROWD, around(c, crowd)), (FAR, around(-c, far))):
+                doc = str(uuid.uuid4())
+                conn.execute(
+                    "INSERT INTO ce_documents (id, source_id, name, mime, acl, status, chunk_count, version, "
+                    "created_revision, updated_revision) "
+                    "VALUES (%s, 'test', %s, 'text/plain', %s, 'completed', %s, 1, 1, 1)",
+                    (doc, f"{acl}.txt", [acl], len(vectors)),
                 )
-        conn.execute(index[1])
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO ce_chunks (document_id, version, position, source_id, acl, text, text_hash, tsv, "
+                        "embedding, valid_from) VALUES (%s, 1, %s, 'test', %s, %s, %s, ''::tsvector, %s::vector, 1)",
+                        [
+                            (doc, i, [acl], f"{acl} chunk {i}", f"h{i}", vector_literal(v.tolist()))
+                            for i, v in enumerate(vectors)
+                        ],
+                    )
         conn.execute("ANALYZE ce_chunks")
 
 

@@ -29,6 +29,7 @@ from context_engine.storage.database import to_driver_url
 from context_engine.storage.migrate import migrate
 from context_engine.storage.predicates import ReadScope
 from tests.conftest import make_config
+from tests.hnsw_rebuild import hnsw_built_after
 
 ROWS, DIM, TOPICS, CLUSTERS, PIECES = 20_000, 128, 20, 200, 10
 QUERIES, K = 24, 10
@@ -78,19 +79,12 @@ def load(url: str, vectors: np.ndarray, acls: list[list[str]]) -> None:
         with conn.cursor().copy("COPY staged (id, acl, embedding) FROM STDIN") as copy:
             for i, (vector, acl) in enumerate(zip(vectors, acls, strict=True)):
                 copy.write_row((i + 1, acl, "[" + ",".join(f"{x:.6g}" for x in vector.tolist()) + "]"))
-        index = conn.execute(
-            "SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) FROM pg_index i "
-            "JOIN pg_class x ON x.oid = i.indexrelid JOIN pg_am a ON a.oid = x.relam "
-            "WHERE i.indrelid = 'ce_chunks'::regclass AND a.amname = 'hnsw'"
-        ).fetchone()
-        assert index is not None
-        conn.execute(f"DROP INDEX {index[0]}")
-        conn.execute(
-            "INSERT INTO ce_chunks (id, document_id, version, position, source_id, acl, text, text_hash, tsv, "
-            "embedding, valid_from) SELECT id, md5(id::text)::uuid, 1, 0, 'slices', acl, '', '', ''::tsvector, "
-            "embedding, 1 FROM staged ORDER BY id"
-        )
-        conn.execute(index[1])
+        with hnsw_built_after(conn):
+            conn.execute(
+                "INSERT INTO ce_chunks (id, document_id, version, position, source_id, acl, text, text_hash, tsv, "
+                "embedding, valid_from) SELECT id, md5(id::text)::uuid, 1, 0, 'slices', acl, '', '', ''::tsvector, "
+                "embedding, 1 FROM staged ORDER BY id"
+            )
         conn.execute("ANALYZE ce_chunks")
 
 
