@@ -30,6 +30,7 @@ from context_engine import ContextEngine, ContextEngineConfig
 from context_engine.errors import ContextEngineError
 from context_engine.principals import TRUSTED
 from context_engine.storage import embedded, embedded_supervisor
+from context_engine.storage.embedded_holders import START_TOLERANCE_SECONDS
 from context_engine.storage.embedded_supervisor import RESTART_ATTEMPTS
 from tests.conftest import copy_data_directory, server_dir
 from tests.pg_state import (
@@ -149,9 +150,9 @@ def test_a_pid_reused_by_another_process_is_not_a_holder(base: Path) -> None:
     starts = json.loads((pgdata / embedded.STARTS_FILE).read_text())
     host.send_signal(signal.SIGKILL)
     host.wait(timeout=30)
-    # a reused pid belongs to a process started after the holder was recorded, by more than the second
-    # a start time is allowed to differ by: a host that came up quickly is not yet that far behind
-    assert wait_for(lambda: time.time() > starts[str(host.pid)] + 2.0)
+    # a reused pid belongs to a process started after the holder was recorded, by more than twice the
+    # tolerance a start time is allowed to differ by: a host that came up quickly is not yet that far behind
+    assert wait_for(lambda: time.time() > starts[str(host.pid)] + 2 * START_TOLERANCE_SECONDS)
     # an unrelated process that happens to have the dead holder's pid: one started now stands in
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

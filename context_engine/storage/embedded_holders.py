@@ -34,6 +34,8 @@ STARTS_FILE = ".handle_starts.json"
 REAPER_LOCK = ".reaper.lock"
 #: how often the reaper looks at the holders
 REAP_INTERVAL_SECONDS = 1.0
+#: a live process whose start time differs from the holder's recorded one by less than this is that holder
+START_TOLERANCE_SECONDS = 1.0
 
 
 @contextlib.contextmanager
@@ -86,7 +88,7 @@ def is_holder(pid: int, started: object) -> bool:
         if process.status() == psutil.STATUS_ZOMBIE:
             return False
         # a pid reused by a process started later than the holder was recorded is not that holder
-        return not isinstance(started, int | float) or abs(process.create_time() - started) < 1.0
+        return not isinstance(started, int | float) or abs(process.create_time() - started) < START_TOLERANCE_SECONDS
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:
