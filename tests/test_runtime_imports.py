@@ -1,5 +1,6 @@
-"""What ``import context_engine`` and the mounts load: no web framework in the library, and the
-BEIR evaluation harness (numpy baselines, dataset readers) only for ``context-engine eval``."""
+"""What ``import context_engine`` and the mounts load: no web framework in the library, the
+BEIR evaluation harness (numpy baselines, dataset readers) only for ``context-engine eval``, and
+the libraries of one file format or one tool check only when a file or a schema needs them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,18 @@ def test_the_library_imports_no_web_framework_and_no_harness() -> None:
     loaded = _loaded_after("import context_engine")
     assert not {"fastapi", "flask", "django", "starlette"} & loaded
     assert "context_engine.evaluation" not in loaded
+
+
+def test_the_library_loads_bs4_and_jsonschema_when_first_needed() -> None:
+    """Every process that starts the package (each CLI run, each server) would pay for them."""
+    assert not {"bs4", "jsonschema"} & _loaded_after("import context_engine")
+    statement = (
+        "from context_engine.ingest.formats import extract; "
+        "extract(b'<html><body><p>Hello there</p></body></html>', name='a.html')"
+    )
+    assert "bs4" in _loaded_after(statement)
+    checked = "from context_engine.tools.schema import checked_schema; checked_schema({'type': 'object'})"
+    assert "jsonschema" in _loaded_after(checked)
 
 
 def test_the_mounts_do_not_load_the_harness() -> None:

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from context_engine.tools.errors import ToolArgumentsInvalid, ToolConfigInvalid, missing_extra
 
-try:
+if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-except ImportError:  # the ``tools`` extra is not installed; refused when a schema is checked
-    Draft202012Validator = None
-
-    class SchemaError(Exception):  # type: ignore[no-redef]
-        message = ""
 
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -28,11 +22,11 @@ def checked_schema(schema: Any) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise ToolConfigInvalid("parameters must be a JSON Schema object")
     try:
-        _validator(json.dumps(schema, sort_keys=True))
-    except SchemaError as exc:
-        raise ToolConfigInvalid(f"parameters is not a valid JSON Schema: {exc.message}") from None
+        error = _schema_error(json.dumps(schema, sort_keys=True))
     except (TypeError, ValueError):
         raise ToolConfigInvalid("parameters must be plain JSON") from None
+    if error is not None:
+        raise ToolConfigInvalid(f"parameters is not a valid JSON Schema: {error}")
     if "type" not in schema and "properties" in schema:
         schema = {"type": "object", **schema}
     return schema
@@ -53,11 +47,29 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
         )
 
 
+def _schema_error(schema_json: str) -> str | None:
+    """Why ``schema_json`` is not a valid JSON Schema, or None when it is."""
+    try:
+        from jsonschema.exceptions import SchemaError
+    except ImportError:  # the ``tools`` extra is not installed
+        raise missing_extra("tools", "jsonschema") from None
+    try:
+        _validator(schema_json)
+    except SchemaError as exc:
+        return str(exc.message)
+    return None
+
+
 @lru_cache(maxsize=512)
 def _validator(schema_json: str) -> Draft202012Validator:
-    """A checked validator per distinct schema (checking a schema costs far more than using it)."""
-    if Draft202012Validator is None:
-        raise missing_extra("tools", "jsonschema")
+    """A checked validator per distinct schema (checking a schema costs far more than using it).
+
+    jsonschema (the ``tools`` extra) is imported on the first schema, not with the package.
+    """
+    try:
+        from jsonschema import Draft202012Validator
+    except ImportError:  # the ``tools`` extra is not installed; refused when a schema is checked
+        raise missing_extra("tools", "jsonschema") from None
     schema = json.loads(schema_json)
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
