@@ -21,17 +21,18 @@ serve: $(STAMP)
 	$(VENV)/bin/context-engine serve --host $(HOST) --port $(PORT)
 
 # pytest-xdist: one worker per core, each with its own embedded server; a module's tests stay on one
-# worker (its module-scoped fixtures are set up once). WORKERS=0 runs in one process.
+# worker (its module-scoped fixtures are set up once), and modules are handed out in collection
+# order, the longest first (tests/conftest.py, LONG_MODULES). WORKERS=0 runs in one process.
 WORKERS ?= auto
 
-# The suite starts a few hundred Python processes (workers, example servers, CLI runs, hosts killed
+# The suite starts about 140 Python processes (workers, example servers, CLI runs, hosts killed
 # on purpose); with PYTHONDONTWRITEBYTECODE set each one compiled the package and pytest rewrote
 # every test module anew, about 35 s of the run. The test run writes its bytecode caches whatever
 # the environment says (they stay in the checkout's __pycache__ directories, which git ignores).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -n $(WORKERS) --dist loadfile
+	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 # the edit-test loop: no database, no server or process of a test's own (see tests/conftest.py)
 test-fast: $(STAMP)
