@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 import numpy as np
 import psycopg
 import pytest
+from pgvector.psycopg import register_vector
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from context_engine.retrieval import planner
@@ -75,10 +76,13 @@ def load(url: str, vectors: np.ndarray, acls: list[list[str]]) -> None:
     """Rows straight into ``ce_chunks`` with one COPY and one set-based INSERT (so the counting
     triggers run once), the HNSW index dropped first and built after, as a bulk load does."""
     with psycopg.connect(url, autocommit=True) as conn:
+        register_vector(conn)
         conn.execute(f"CREATE TEMP TABLE staged (id int4, acl text[], embedding vector({DIM}))")
-        with conn.cursor().copy("COPY staged (id, acl, embedding) FROM STDIN") as copy:
+        # binary: the float32 arrays go as they are, not formatted and parsed as text
+        with conn.cursor().copy("COPY staged (id, acl, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
+            copy.set_types(["int4", "text[]", "vector"])
             for i, (vector, acl) in enumerate(zip(vectors, acls, strict=True)):
-                copy.write_row((i + 1, acl, "[" + ",".join(f"{x:.6g}" for x in vector.tolist()) + "]"))
+                copy.write_row((i + 1, acl, vector))
         with hnsw_built_after(conn):
             conn.execute(
                 "INSERT INTO ce_chunks (id, document_id, version, position, source_id, acl, text, text_hash, tsv, "
