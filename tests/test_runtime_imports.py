@@ -21,15 +21,22 @@ def test_the_library_imports_no_web_framework_and_no_harness() -> None:
 
 
 def test_the_library_loads_bs4_and_jsonschema_when_first_needed() -> None:
-    """Every process that starts the package (each CLI run, each server) would pay for them."""
-    assert not {"bs4", "jsonschema"} & _loaded_after("import context_engine")
-    statement = (
+    """Every process that starts the package (each CLI run, each server) would pay for them.
+
+    One process runs the three steps, printing what is loaded after each (each start imports the package).
+    """
+    steps = [
+        "import context_engine",
         "from context_engine.ingest.formats import extract; "
-        "extract(b'<html><body><p>Hello there</p></body></html>', name='a.html')"
-    )
-    assert "bs4" in _loaded_after(statement)
-    checked = "from context_engine.tools.schema import checked_schema; checked_schema({'type': 'object'})"
-    assert "jsonschema" in _loaded_after(checked)
+        "extract(b'<html><body><p>Hello there</p></body></html>', name='a.html')",
+        "from context_engine.tools.schema import checked_schema; checked_schema({'type': 'object'})",
+    ]
+    probe = "; ".join(f"{step}; print(' '.join(sorted(sys.modules)))" for step in steps)
+    out = subprocess.run([sys.executable, "-c", f"import sys; {probe}"], capture_output=True, text=True, check=True)
+    at_import, after_html, after_schema = (set(line.split()) for line in out.stdout.splitlines())
+    assert not {"bs4", "jsonschema"} & at_import
+    assert "bs4" in after_html
+    assert "jsonschema" in after_schema
 
 
 def test_the_mounts_do_not_load_the_harness() -> None:

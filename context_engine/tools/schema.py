@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from context_engine.tools.errors import ToolArgumentsInvalid, ToolConfigInvalid, missing_extra
@@ -21,12 +22,13 @@ def checked_schema(schema: Any) -> dict[str, Any]:
         return dict(OBJECT_SCHEMA)
     if not isinstance(schema, dict):
         raise ToolConfigInvalid("parameters must be a JSON Schema object")
+    jsonschema = _jsonschema()
     try:
-        error = _schema_error(json.dumps(schema, sort_keys=True))
+        _validator(json.dumps(schema, sort_keys=True))
+    except jsonschema.exceptions.SchemaError as exc:
+        raise ToolConfigInvalid(f"parameters is not a valid JSON Schema: {exc.message}") from None
     except (TypeError, ValueError):
         raise ToolConfigInvalid("parameters must be plain JSON") from None
-    if error is not None:
-        raise ToolConfigInvalid(f"parameters is not a valid JSON Schema: {error}")
     if "type" not in schema and "properties" in schema:
         schema = {"type": "object", **schema}
     return schema
@@ -47,29 +49,19 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
         )
 
 
-def _schema_error(schema_json: str) -> str | None:
-    """Why ``schema_json`` is not a valid JSON Schema, or None when it is."""
+def _jsonschema() -> ModuleType:
+    """jsonschema (the ``tools`` extra), imported with the first schema rather than with the package."""
     try:
-        from jsonschema.exceptions import SchemaError
-    except ImportError:  # the ``tools`` extra is not installed
+        import jsonschema
+    except ImportError:  # the extra is not installed: refused when a schema is checked
         raise missing_extra("tools", "jsonschema") from None
-    try:
-        _validator(schema_json)
-    except SchemaError as exc:
-        return str(exc.message)
-    return None
+    return jsonschema
 
 
 @lru_cache(maxsize=512)
 def _validator(schema_json: str) -> Draft202012Validator:
-    """A checked validator per distinct schema (checking a schema costs far more than using it).
-
-    jsonschema (the ``tools`` extra) is imported on the first schema, not with the package.
-    """
-    try:
-        from jsonschema import Draft202012Validator
-    except ImportError:  # the ``tools`` extra is not installed; refused when a schema is checked
-        raise missing_extra("tools", "jsonschema") from None
+    """A checked validator per distinct schema (checking a schema costs far more than using it)."""
+    validator: type[Draft202012Validator] = _jsonschema().Draft202012Validator
     schema = json.loads(schema_json)
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    validator.check_schema(schema)
+    return validator(schema)
