@@ -24,6 +24,9 @@ from context_engine import TRUSTED, ContextEngine, ContextEngineConfig
 from context_engine.storage import embedded
 from context_engine.storage.database import Database, to_driver_url
 from context_engine.storage.migrate import migrate
+from tests import scratch
+
+scratch.choose()  # before anything here makes a temporary file
 
 # A shell without job control starts a background job (`make test &`, a second copy of the suite)
 # with SIGINT ignored, and an ignored signal stays ignored in every process the tests then start:
