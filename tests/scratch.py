@@ -5,8 +5,8 @@ files), a server start a copy of a data directory (about 1,100), and every serve
 them again. What a file creation costs the kernel depends on the filesystem: on tmpfs about 10 µs;
 on an ext4 without a journal (common on virtual machines) the inode allocator skips every inode
 freed in the last half minute, so in a directory the suite churns each creation cost 1.0-1.3 ms of
-kernel time on the machine we measured, and a template copy 90-260 ms of the server's CPU against
-50 ms on tmpfs. Nothing in the suite needs its scratch files to outlive the machine.
+kernel time on the machine we measured, and a template copy 87-256 ms of the server's CPU against
+47-55 ms on tmpfs. Nothing in the suite needs its scratch files to outlive the machine.
 
 ``TMPDIR`` set by the caller is kept. Otherwise, when ``/dev/shm`` is a tmpfs with at least
 :data:`MIN_FREE` bytes free (a whole run peaked at about 0.5 GB), the suite's ``TMPDIR`` is a
