@@ -153,8 +153,9 @@ async def test_bm25_ranks_rare_terms_above_common_ones(database_url: str) -> Non
         result = await engine.search("weather tornado", principals=TRUSTED)
         assert result.hits[0].document_name == "rare"
         assert result.usage["legs"] == ["fts"]
-        # seven candidates, far fewer than the bounded pass would score: all scored directly
-        assert result.usage["lexical_pass"] == {"candidates": 7, "scored": 7, "pass": "direct"}
+        # eight postings (seven chunks hold "weather", one of them "tornado" too), far fewer than the
+        # bounded pass would score: all scored directly
+        assert result.usage["lexical_pass"] == {"candidates": 8, "scored": 8, "pass": "direct"}
         negated = await engine.search("weather -tornado", principals=TRUSTED)
         assert "rare" not in {h.document_name for h in negated.hits} and len(negated.hits) == 6
 

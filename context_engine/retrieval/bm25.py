@@ -46,11 +46,12 @@ BOUND_DEPTH = 16
 DIRECT_FACTOR = 2.0
 
 #: the direct pass over the postings table (migration 0020) is taken up to this many postings (summed
-#: document frequencies the caller may see), whatever the depth: it reads about a microsecond's work
-#: per posting where the bounded and gated passes read each candidate's ``tsvector``. On SciFact
-#: (limit 200, 100 claims, load about 10) taking it for every query instead of only within
-#: :data:`DIRECT_FACTOR` moved the leg's p95 from 203 to 61 ms, the same answers (benchmarks/README.md).
-POSTINGS_DIRECT = 40_000
+#: document frequencies the caller may see), whatever the depth: it costs about a microsecond a
+#: posting where the bounded and gated passes read each candidate's ``tsvector``. Chosen at a million
+#: chunks on 60 queries the benchmark does not report (benchmarks/README.md, "Full-text (BM25) leg at a
+#: million chunks"): between 40,000 and 60,000 postings the direct pass's median equalled the pruned
+#: pass's and its total was 42% of it (the floor is sometimes poor); above 60,000 the pruned pass was faster.
+POSTINGS_DIRECT = 60_000
 
 #: how :func:`rank` may find the top rows; the first is the default.
 STRATEGIES = ("pruned", "bounded", "full")
@@ -170,7 +171,12 @@ async def rank(
         if weights and found[0][9]:  # the direct pass ran: its rows are the answer
             scored = [r[10:] for r in found if r[0] == 1]
             if report is not None:
-                candidates = int(scored[0][2]) if scored else 0
+                # over the postings nothing counts the chunks (at a million chunks that count was 40%
+                # of the pass): the postings scored, known from the weights, stand in for them
+                if scored and scored[0][2] is not None:
+                    candidates = int(scored[0][2])
+                else:
+                    candidates = int(sum(float(w[3]) for w in weights)) if scored else 0
                 passed = "full" if strategy == "full" else "direct"
                 report.update({"candidates": candidates, "scored": candidates, "pass": passed})
             return [(int(r[0]), float(r[1])) for r in scored]
@@ -340,7 +346,7 @@ def _weights_then_direct_sql(
     if postings:
         restricted = stats_scope.get("principals") is not None or stats_scope.get("source_ids") is not None
         walked = (
-            "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, o.id, o.r, (SELECT count(*) FROM s) "
+            "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, o.id, o.r, NULL::bigint "
             "FROM o ORDER BY o.r DESC, o.id)"
         )
         direct = _postings_sql(chunk_predicate, visible_groups=restricted, distributed=distributed, checked=checked)
@@ -388,7 +394,7 @@ def _postings_sql(
     else:
         best = "o AS (SELECT s.id, s.r FROM s ORDER BY s.r DESC, s.id LIMIT :limit)"
     return (
-        "s AS MATERIALIZED (SELECT p.chunk_id AS id, sum(w.idf * p.tf * (:bm25_k1 + 1) / (p.tf + :bm25_k1 * "
+        "s AS (SELECT p.chunk_id AS id, sum(w.idf * p.tf * (:bm25_k1 + 1) / (p.tf + :bm25_k1 * "
         "(1 - :bm25_b + :bm25_b * p.tokens / w.avgdl))) AS r "
         f"FROM w JOIN ce_bm25_postings p ON p.lexeme = w.lexeme {groups}"
         "WHERE (SELECT go FROM dec) GROUP BY p.chunk_id), " + best
