@@ -74,7 +74,7 @@ async def ranked(
     bound_depth: int = bm25.BOUND_DEPTH,
     match: str = "any",
     visible_first_share: float = 0.0,
-    direct_factor: float = 0.0,
+    direct_factor: float | None = 0.0,
     kept_bounds: bool = True,
     postings: bool = True,
     plain: bool | None = None,
@@ -368,6 +368,28 @@ async def test_few_postings_are_scored_directly_with_the_same_answer(corpus_engi
     shallow, report = await ranked(db, query, None, 2, "bounded", bound_depth=1, direct_factor=bm25.DIRECT_FACTOR)
     assert_same(shallow, top)
     assert report["pass"] in {"bounded", "full"}
+
+
+async def test_the_pass_reported_does_not_tell_how_the_candidates_were_read(corpus_engine: ContextEngine) -> None:
+    """A caller who sees few of all chunks has their own rows read first; who sees many, the
+    postings. That choice counts chunks the caller cannot see, so the pass and its counts must not
+    follow it: the same query, caller and defaults report the same whichever way was taken."""
+    db = await corpus_engine.database()
+    for principals in (("g1",), ("g2", "g3"), None):
+        for query in ("cell protein gene", "gene expression tumor", "cell mouse brain insulin"):
+            limit = 1  # the bounded pass scores 16 rows, the direct one is taken to twice that
+            seen = await postings_seen(db, query, principals)
+            assert seen > 2 * bm25.BOUND_DEPTH * limit
+            reports = []
+            for share in (0.0, 1.0):  # never / always the caller's own rows first
+                found, report = await ranked(
+                    db, query, principals, limit, "pruned", visible_first_share=share, direct_factor=None
+                )
+                expected, _ = await ranked(db, query, principals, limit, "full")
+                assert_same(found, expected)
+                reports.append(report)
+            assert reports[0] == reports[1]
+            assert reports[0] == {"candidates": seen, "scored": seen, "pass": "direct"}
 
 
 async def test_gate_reads_fewer_candidates_and_keeps_the_answer(corpus_engine: ContextEngine) -> None:

@@ -110,8 +110,9 @@ async def rank(
       score, nothing left out can enter the top ``limit``; otherwise every candidate is scored.
     * ``direct`` (taken by ``bounded`` and ``pruned`` when the query's postings are at most
       ``direct_factor``, by default :data:`DIRECT_FACTOR`, times the rows the bounded pass would
-      score, or, over the postings table, at most :data:`POSTINGS_DIRECT` unless ``direct_factor``
-      is given): every candidate is scored, as bounding them first would cost more than it saves.
+      score, or, with ``postings``, at most :data:`POSTINGS_DIRECT` unless ``direct_factor`` is
+      given, whichever way the candidates are read): every candidate is scored, as bounding them
+      first would cost more than it saves.
       With ``postings`` (the default) and the caller's candidates read from the postings, the
       scores come from the postings table (migration 0020, see :func:`_postings_sql`), and only the
       best-scored chunks are read; otherwise from each candidate's ``tsvector``.
@@ -150,11 +151,13 @@ async def rank(
     direct_cap = factor * max(1, bound_depth * limit)
     if report is not None:
         report.update({"candidates": 0, "scored": 0, "pass": "bounded"})
+    by_postings = postings and strategy != "full" and as_of is None
+    # one cap whichever way the candidates are read: which pass ran must not tell how many chunks
+    # there are in all (a caller who sees few of them reads their own rows first)
+    cap = max(direct_cap, POSTINGS_DIRECT) if by_postings and direct_factor is None else direct_cap
     if as_of is None:
         # one round trip for the common case: the weights, and the direct pass when they call for it
         params["bm25_share"] = float(share)
-        by_postings = postings and strategy != "full"
-        cap = max(direct_cap, POSTINGS_DIRECT) if by_postings and direct_factor is None else direct_cap
         params["bm25_cap"] = float("inf") if strategy == "full" else float(cap)
         statement = _weights_then_direct_sql(
             terms,
@@ -171,14 +174,11 @@ async def rank(
         if weights and found[0][9]:  # the direct pass ran: its rows are the answer
             scored = [r[10:] for r in found if r[0] == 1]
             if report is not None:
-                # over the postings nothing counts the chunks (at a million chunks that count was 40%
-                # of the pass): the postings scored, known from the weights, stand in for them
-                if scored and scored[0][2] is not None:
-                    candidates = int(scored[0][2])
+                if strategy == "full":
+                    candidates = int(scored[0][2]) if scored else 0
+                    report.update({"candidates": candidates, "scored": candidates, "pass": "full"})
                 else:
-                    candidates = int(sum(float(w[3]) for w in weights)) if scored else 0
-                passed = "full" if strategy == "full" else "direct"
-                report.update({"candidates": candidates, "scored": candidates, "pass": passed})
+                    _report_direct(report, weights, bool(scored))
             return [(int(r[0]), float(r[1])) for r in scored]
     else:
         weights = await _weights_as_of(conn, terms, stats_scope, params, as_of)
@@ -189,12 +189,14 @@ async def rank(
     params["bm25_avgdl"] = float(weights[0][2])
     chunks = Candidates(chunk_predicate, float(weights[0][4]) <= share * float(weights[0][5]))
     total_postings = sum(float(w[3]) for w in weights)
-    direct = strategy != "full" and total_postings <= direct_cap
+    direct = strategy != "full" and total_postings <= cap
     if strategy == "full" or direct:
         rows = (await conn.execute(text(_full_sql(tsquery, chunks)), params)).all()
-        if report is not None:
+        if report is not None and direct:
+            _report_direct(report, weights, bool(rows))
+        elif report is not None:
             candidates = int(rows[0][2]) if rows else 0
-            report.update({"candidates": candidates, "scored": candidates, "pass": "direct" if direct else "full"})
+            report.update({"candidates": candidates, "scored": candidates, "pass": "full"})
         return [(int(r[0]), float(r[1])) for r in rows]
     kept = weights if kept_bounds else [tuple(w[:6]) for w in weights]  # without: the loose bound alone
     term_bounds = [term_bound(w, float(k1), float(b), params["bm25_avgdl"]) for w in kept]
@@ -309,6 +311,15 @@ async def _floor(
     if len(rows) < limit:
         return 0.0
     return float(rows[limit - 1][1])
+
+
+def _report_direct(report: dict[str, Any], weights: list[Any], answered: bool) -> None:
+    """A direct pass reports the postings it scored (the weights' document frequencies, over what
+    the caller may see), whichever route ran it: over the postings nothing counts the chunks (at a
+    million chunks that count was 40% of the pass), and the route taken depends on how many chunks
+    there are in all, which a caller's report must not tell."""
+    candidates = int(sum(float(w[3]) for w in weights)) if answered else 0
+    report.update({"candidates": candidates, "scored": candidates, "pass": "direct"})
 
 
 def _weights_then_direct_sql(
